@@ -1,0 +1,172 @@
+"""Everything the CLI prints: tables for humans, JSON documents for scripts, one line per error.
+
+This is the one place errors are rendered.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from drover.ops.core import Document
+
+# Piped output is for reading later or for grep: don't squeeze it into 80 columns.
+out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+OUTCOME_STYLE = {
+    "delivered": "green",
+    "queuedBehindTurn": "cyan",
+    "held": "yellow",
+    "refused": "red",
+    "dropped": "red",
+    "failed": "bold red",
+    None: "magenta",
+}
+STATE_STYLE = {"idle": "green", "busy": "cyan", "dialog": "yellow", "waiting": "yellow", "gone": "dim", "unknown": "magenta"}
+
+
+def print_json(doc: Document | dict[str, Any]) -> None:
+    data = doc.to_dict() if isinstance(doc, Document) else doc
+    indent = 2 if sys.stdout.isatty() else None
+    sys.stdout.write(json.dumps(data, indent=indent, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def error_line(error: dict[str, Any]) -> str:
+    host = f"{error['host']}: " if error.get("host") else ""
+    hint = f" ({error['hint']})" if error.get("hint") else ""
+    return f"{host}{error.get('message', error.get('code', 'error'))}{hint}"
+
+
+def errors(doc: Document) -> None:
+    for e in doc.errors:
+        err.print(Text("drover: " + error_line(e)), style="red")
+        for problem in e.get("problems", [])[1:] if e.get("code") == "fleet_invalid" else []:
+            err.print(Text("  " + problem), style="red")
+
+
+def ago(ts: float | int | None) -> str:
+    if not ts:
+        return "-"
+    delta = max(0, time.time() - float(ts))
+    if delta < 60:
+        return f"{delta:.0f}s ago"
+    if delta < 3600:
+        return f"{delta / 60:.0f}m ago"
+    if delta < 86400:
+        return f"{delta / 3600:.1f}h ago"
+    return f"{delta / 86400:.1f}d ago"
+
+
+def sessions_table(data: dict[str, Any]) -> None:
+    rows = data.get("sessions", [])
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("HOST", "ID", "NAME", "ENGINE", "STATE", "ACTIVE", "CWD", "LANES"):
+        table.add_column(col, overflow="fold" if col == "CWD" else "ellipsis", no_wrap=col != "CWD")
+    for s in rows:
+        state = s.get("state", "-")
+        table.add_row(
+            s["host"],
+            s["id"] if s.get("server") in (None, "default") else f"{s['server']}/{s['id']}",
+            s.get("name", ""),
+            s.get("engine", ""),
+            Text(state, style=STATE_STYLE.get(state, "")),
+            ago(s.get("since")),
+            s.get("cwd", ""),
+            ",".join(s.get("lanes", [])),
+        )
+    if rows:
+        out.print(table)
+    else:
+        out.print("no sessions (start an agent in tmux, or try `drover demo`)", style="dim")
+    for w in data.get("warnings", []):
+        err.print(Text(f"warning: {w['host']}: {w['message']}"), style="yellow")
+
+
+def status(data: dict[str, Any]) -> None:
+    s = data["session"]
+    state = s.get("state", "unknown")
+    out.print(Text.assemble((f"{s['host']}:{s['id']}", "bold"), f"  {s.get('name', '')}  ", (state, STATE_STYLE.get(state, ""))))
+    for label, value in (
+        ("engine", s.get("engine")),
+        ("why", s.get("reason")),
+        ("pane", f"{s.get('target')} on tmux server {s.get('server')}"),
+        ("command", f"{s.get('command')} (pid {s.get('pid')})"),
+        ("cwd", s.get("cwd")),
+        ("active", ago(s.get("since"))),
+        ("last line", s.get("last_line") or "-"),
+    ):
+        out.print(Text(f"  {label:<10} {value}"))
+    tail = s.get("tail") or []
+    if tail:
+        out.print(Text("  screen tail:", style="dim"))
+        for line in tail:
+            out.print(Text("  │ " + line), style="dim")
+
+
+def outcome(data: dict[str, Any], expected: bool = False) -> None:
+    name = data.get("outcome") or "pending"
+    style = OUTCOME_STYLE.get(data.get("outcome"), "")
+    session = data.get("session") or {}
+    where = f"{data['host']}:{session.get('id', data.get('target'))}"
+    if session.get("engine"):
+        where += f" ({session['engine']})"
+    via = f" via {data['lane']}" if data.get("lane") else ""
+    line = Text.assemble((name, f"bold {style}"), f" → {where}{via}: {data.get('detail', '')}  ", (data["id"], "dim"))
+    console = out if expected or name in ("delivered", "queuedBehindTurn") else err
+    console.print(line)
+    for c in data.get("candidates") or []:
+        err.print(Text(f"  candidate: {c.get('server', '')}/{c['id']}  {c.get('name', '')}"))
+
+
+def messages_table(data: dict[str, Any]) -> None:
+    rows = data.get("messages", [])
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("TIME", "ID", "ACTOR", "TO", "OUTCOME", "LANE", "TEXT"):
+        table.add_column(col, no_wrap=True, overflow="ellipsis", max_width=48 if col == "TEXT" else None)
+    for m in rows:
+        text = m.get("text", "").replace("\n", " ⏎ ")
+        oc = m.get("outcome") or "pending"
+        table.add_row(
+            m["time"][:19].replace("T", " "),
+            m["id"],
+            m["actor"],
+            f"{m['host']}:{m['target']}",
+            Text(oc, style=OUTCOME_STYLE.get(m.get("outcome"), "")),
+            m.get("lane") or "-",
+            text,
+        )
+    if rows:
+        out.print(table)
+    else:
+        out.print(f"no messages match (truth file: {data.get('truth_file')})", style="dim")
+
+
+def message(data: dict[str, Any]) -> None:
+    m = data["message"]
+    for label in ("id", "time", "actor", "host", "target", "outcome", "lane", "code", "detail", "outcome_time"):
+        value = m.get(label)
+        if label == "outcome" and value is None:
+            value = "pending (accepted, no outcome recorded: the sender stopped mid-send)"
+        if value is not None:
+            out.print(Text(f"{label:<13} {value}"))
+    if m.get("session"):
+        s = m["session"]
+        out.print(Text(f"{'session':<13} {s.get('id')} {s.get('name', '')} ({s.get('engine', '')}) on {s.get('server', '')}"))
+    out.print(Text(f"text ({m.get('text_chars', 0)} characters):", style="bold"))
+    out.print(Text(m.get("text", "")))
+
+
+def ops_list(ops: list[dict[str, Any]]) -> None:
+    for spec in ops:
+        out.print(Text.assemble((spec["op"], "bold"), f"  ({spec['cli']})  " if spec["cli"] else "  ", spec["summary"]))
+        for f in spec["fields"]:
+            req = "required" if f["required"] else f"default {json.dumps(f['default'])}"
+            out.print(Text(f"    {f['name']:<14} {f['type']:<22} {req:<24} {f['description']}"))

@@ -1,0 +1,233 @@
+"""A small agent-like REPL for `drover demo` and the tests.
+
+It behaves the way the coding-agent TUIs drover delivers to do: it takes the terminal in raw mode, asks for
+bracketed paste, draws an input box with a `❯` prompt, shows a busy footer ("esc to interrupt") while it
+"works", and can draw a permission dialog that any Enter would answer.  Every message it receives, every key
+that is not part of a paste, and every dialog answer is appended to a JSON-lines log, so a test can compare
+what arrived with what was sent, byte for byte.
+
+Signals: SIGUSR1 draws the dialog, SIGUSR2 toggles busy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import json
+import os
+import select
+import signal
+import sys
+import termios
+import time
+
+PASTE_START = "\x1b[200~"
+PASTE_END = "\x1b[201~"
+KEY_NAMES = {"\x1b[A": "Up", "\x1b[B": "Down", "\x1b[C": "Right", "\x1b[D": "Left", "\x1b": "Esc"}
+
+
+class Agent:
+    def __init__(self, log: str, name: str, busy_after: float, dialog_on_paste: bool) -> None:
+        self.log_path = log
+        self.name = name
+        self.busy_after = busy_after
+        self.dialog_on_paste = dialog_on_paste
+        self.buf = ""
+        self.pending = ""
+        self.in_paste = False
+        self.dialog = False
+        self.dialog_choice = 1
+        self.busy_until = 0.0
+        self.busy_forced = False
+        self.history: list[str] = []
+        self.dirty = True
+
+    # -- state -----------------------------------------------------------------------------------------------
+    def busy(self) -> bool:
+        return self.busy_forced or time.monotonic() < self.busy_until
+
+    def record(self, **event: object) -> None:
+        event["t"] = time.time()
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(event, ensure_ascii=False) + "\n")
+            f.flush()
+
+    # -- drawing ---------------------------------------------------------------------------------------------
+    def draw(self) -> None:
+        try:
+            cols, rows = os.get_terminal_size(1)
+        except OSError:
+            cols, rows = 80, 24
+        rule = "─" * max(10, cols - 1)
+        lines = [f" drover demo agent · {self.name}", ""]
+        if self.dialog:
+            lines += [
+                " Bash command: rm -rf build/",
+                "",
+                " Do you want to proceed?",
+                (" ❯ 1. Yes" if self.dialog_choice == 1 else "   1. Yes"),
+                (" ❯ 2. No" if self.dialog_choice == 2 else "   2. No"),
+                "",
+                " Enter to confirm · Esc to cancel",
+            ]
+        else:
+            for msg in self.history[-(rows - 9) :]:
+                lines.append(" › " + msg.replace("\n", " ⏎ ")[: cols - 5])
+            while len(lines) < rows - 5:
+                lines.append("")
+            preview = self.buf.replace("\n", " ⏎ ")[-(cols - 4) :]
+            lines += [rule, "❯ " + preview, rule]
+            if self.busy():
+                lines.append("  ✻ Working… (esc to interrupt)")
+            else:
+                lines.append("  idle · paste or type a message")
+        out = "\x1b[H\x1b[2J" + "\r\n".join(line[: cols - 1] for line in lines[-rows:])
+        os.write(1, out.encode("utf-8"))
+        self.dirty = False
+
+    # -- input -----------------------------------------------------------------------------------------------
+    def submit(self) -> None:
+        text = self.buf
+        self.buf = ""
+        if not text:
+            return
+        self.record(type="message", text=text, while_busy=self.busy())
+        self.history.append(text)
+        if self.busy_after > 0 and not self.busy():
+            self.busy_until = time.monotonic() + self.busy_after
+
+    def key(self, name: str) -> None:
+        if self.dialog:
+            if name in ("Up", "Down"):
+                self.dialog_choice = 2 if self.dialog_choice == 1 else 1
+                return
+            if name == "Enter":
+                self.record(type="dialog", answer="yes" if self.dialog_choice == 1 else "no")
+            else:
+                self.record(type="dialog", answer="cancel" if name == "Esc" else "key:" + name)
+            self.dialog = False
+            return
+        if name == "Enter":
+            self.submit()
+        elif name == "Backspace":
+            self.buf = self.buf[:-1]
+        else:
+            self.record(type="key", key=name)
+
+    def feed(self, text: str) -> None:
+        self.pending += text
+        while self.pending:
+            if self.in_paste:
+                end = self.pending.find(PASTE_END)
+                if end < 0:
+                    # keep a tail that could be the start of the end marker
+                    keep = next((k for k in range(len(PASTE_END) - 1, 0, -1) if PASTE_END.startswith(self.pending[-k:])), 0)
+                    chunk, self.pending = self.pending[: len(self.pending) - keep], self.pending[len(self.pending) - keep :]
+                    self._paste_text(chunk)
+                    return
+                self._paste_text(self.pending[:end])
+                self.pending = self.pending[end + len(PASTE_END) :]
+                self.in_paste = False
+                continue
+            ch = self.pending[0]
+            if ch == "\x1b":
+                if self.pending.startswith(PASTE_START):
+                    self.pending = self.pending[len(PASTE_START) :]
+                    self.in_paste = True
+                    if self.dialog_on_paste:
+                        self.dialog = True
+                        self.draw()
+                    continue
+                if len(self.pending) < 3 and PASTE_START.startswith(self.pending):
+                    return  # wait for the rest of the sequence
+                seq = self.pending[:3] if self.pending[1:2] in ("[", "O") else "\x1b"
+                self.pending = self.pending[len(seq) :]
+                self.key(KEY_NAMES.get(seq, "Esc" + repr(seq[1:])))
+                continue
+            self.pending = self.pending[1:]
+            if ch == "\r":
+                self.key("Enter")
+            elif ch in ("\x7f", "\x08"):
+                self.key("Backspace")
+            elif ch == "\x03":
+                self.key("C-c")
+            elif ord(ch) < 0x20 and ch not in "\t\n":
+                self.key("C-" + chr(ord(ch) + 0x60))
+            elif self.dialog:
+                self.record(type="dialog_input", text=ch)
+                self.key(ch)
+            else:
+                self.buf += ch
+
+    def _paste_text(self, chunk: str) -> None:
+        if not chunk:
+            return
+        if self.dialog:
+            self.record(type="dialog_input", text=chunk)
+        else:
+            self.buf += chunk
+
+    # -- main loop -------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        fd = 0
+        old = termios.tcgetattr(fd)
+        new = termios.tcgetattr(fd)
+        new[0] &= ~(termios.ICRNL | termios.IXON | termios.INLCR | termios.IGNCR | termios.BRKINT | termios.ISTRIP)
+        new[3] &= ~(termios.ICANON | termios.ECHO | termios.ISIG | termios.IEXTEN)
+        new[6][termios.VMIN] = 1
+        new[6][termios.VTIME] = 0
+        termios.tcsetattr(fd, termios.TCSANOW, new)
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+        def show_dialog(*_: object) -> None:
+            self.dialog = True
+            self.dirty = True
+
+        def toggle_busy(*_: object) -> None:
+            self.busy_forced = not self.busy_forced
+            self.dirty = True
+
+        signal.signal(signal.SIGUSR1, show_dialog)
+        signal.signal(signal.SIGUSR2, toggle_busy)
+        signal.signal(signal.SIGWINCH, lambda *_: setattr(self, "dirty", True))
+        os.write(1, b"\x1b[?2004h")
+        self.record(type="start", pid=os.getpid())
+        was_busy = False
+        try:
+            while True:
+                if self.dirty or was_busy != self.busy():
+                    was_busy = self.busy()
+                    self.draw()
+                try:
+                    ready, _, _ = select.select([fd], [], [], 0.05)
+                except InterruptedError:
+                    continue
+                if not ready:
+                    if self.pending == "\x1b":
+                        self.pending = ""
+                        self.key("Esc")
+                        self.dirty = True
+                    continue
+                data = os.read(fd, 65536)
+                if not data:
+                    break
+                self.feed(decoder.decode(data))
+                self.dirty = True
+        finally:
+            os.write(1, b"\x1b[?2004l")
+            termios.tcsetattr(fd, termios.TCSANOW, old)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="drover-demo-agent", description=__doc__.split("\n")[0])
+    parser.add_argument("--log", required=True, help="JSON-lines file to record what arrives")
+    parser.add_argument("--name", default="demo", help="name shown in the header")
+    parser.add_argument("--busy-after-message", type=float, default=0.0, help="seconds to stay busy after a message")
+    parser.add_argument("--dialog-on-paste", action="store_true", help="draw a dialog the moment a paste starts")
+    args = parser.parse_args(argv)
+    Agent(args.log, args.name, args.busy_after_message, args.dialog_on_paste).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Limits at the sender, counted from the truth file so that they hold across drover processes.
+
+Each is a clear, recorded refusal: a message over the size cap, a burst beyond the per-target token bucket,
+or the identical text to the same target within the duplicate window.  The numbers match what Claude Code's
+own inbox enforces per sender, so drover refuses before the receiver would drop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drover.fleet import Limits
+from drover.truth import text_digest
+
+# Outcomes that mean the message never went anywhere: they spend no token and can't be duplicated.
+NOT_SENT = {"refused", "failed"}
+MAX_WINDOW_S = 3600.0
+
+
+def window_s(limits: Limits) -> float:
+    bucket_window = limits.bucket_size / limits.bucket_refill_per_s if limits.bucket_refill_per_s > 0 else MAX_WINDOW_S
+    return min(MAX_WINDOW_S, max(limits.duplicate_window_s, bucket_window))
+
+
+def check(limits: Limits, host: str, target: str, text: str, now: float, recent: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The refusal outcome for this message, or None if it may go."""
+    if len(text) > limits.max_chars:
+        return {
+            "outcome": "refused",
+            "code": "too_large",
+            "detail": f"the text has {len(text):,} characters, over the limit of {limits.max_chars:,}: split it or send a path",
+        }
+    outcomes = {e.get("id"): e.get("outcome") for e in recent if e.get("event") == "outcome"}
+    sent = [
+        e
+        for e in recent
+        if e.get("event") == "accepted"
+        and e.get("host") == host
+        and e.get("target") == target
+        and outcomes.get(e.get("id")) not in NOT_SENT
+    ]
+    digest = text_digest(text)
+    if limits.duplicate_window_s > 0:
+        for e in sent:
+            if e.get("text_sha256") == digest and now - float(e.get("ts", 0)) < limits.duplicate_window_s:
+                return {
+                    "outcome": "refused",
+                    "code": "duplicate",
+                    "detail": f"the same text went to {host}:{target} {now - float(e['ts']):.0f}s ago ({e['id']}); "
+                    f"identical texts are refused within {limits.duplicate_window_s:g}s",
+                }
+    tokens, last = float(limits.bucket_size), None
+    for e in sent:
+        ts = float(e.get("ts", 0))
+        if last is not None:
+            tokens = min(limits.bucket_size, tokens + (ts - last) * limits.bucket_refill_per_s)
+        tokens -= 1
+        last = ts
+    if last is not None:
+        tokens = min(limits.bucket_size, tokens + (now - last) * limits.bucket_refill_per_s)
+    if tokens < 1:
+        return {
+            "outcome": "refused",
+            "code": "rate_limited",
+            "detail": f"too many messages to {host}:{target}: at most {limits.bucket_size} in a burst, "
+            f"then {limits.bucket_refill_per_s:g} a second; try again shortly",
+        }
+    return None

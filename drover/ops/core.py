@@ -1,0 +1,223 @@
+"""The ops registry: drover's core.  Every front -- the CLI, `drover op`, the Python API, MCP -- calls `run`.
+
+An op is a pydantic request model, an async handler and a summary.  `run` validates the request, runs the
+handler, and always answers one versioned document:
+
+    {"drover": 1, "op": NAME, "ok": bool, "data": ..., "errors": [{"code", "message", "host"?}]}
+
+Exceptions never escape `run` (but for bugs, which the CLI reports as internal errors).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from drover.errors import BadJSON, DroverError, ExitCode, InvalidRequest, UnknownOp
+from drover.fleet import LOCAL, Fleet
+from drover.fleet import load as load_fleet
+from drover.transport import Transport
+from drover.truth import TruthFile
+
+DOCUMENT_VERSION = 1
+
+
+class Request(BaseModel):
+    # Unknown fields are errors: a misspelt "txt" must not send an empty message.
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class Result:
+    data: Any = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    exit_code: int = ExitCode.OK
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == ExitCode.OK and not self.errors
+
+
+@dataclass
+class Document:
+    op: str
+    ok: bool
+    data: Any
+    errors: list[dict[str, Any]]
+    exit_code: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"drover": DOCUMENT_VERSION, "op": self.op, "ok": self.ok, "data": self.data, "errors": self.errors}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, default=str)
+
+
+Handler = Callable[["Context", Any], Awaitable[Result]]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    summary: str
+    request: type[Request]
+    handler: Handler
+    cli: str
+
+
+REGISTRY: dict[str, OpSpec] = {}
+
+
+def op(name: str, request: type[Request], summary: str, cli: str = "") -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
+        REGISTRY[name] = OpSpec(name, summary, request, handler, cli)
+        return handler
+
+    return register
+
+
+def default_actor() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry in some containers
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+@dataclass
+class Context:
+    """What an op needs from the world; tests and library users can build their own."""
+
+    fleet_path: str | None = None
+    actor: str | None = None
+    home: Path | None = None
+    progress: Callable[[str, int, int], None] | None = None
+    _fleet: Fleet | None = None
+    _transports: dict[str, Transport] = field(default_factory=dict)
+
+    @property
+    def fleet(self) -> Fleet:
+        if self._fleet is None:
+            self._fleet, _path = load_fleet(self.fleet_path)
+        return self._fleet
+
+    @property
+    def truth(self) -> TruthFile:
+        return TruthFile(self.home)
+
+    def who(self, explicit: str | None = None) -> str:
+        """Say who you are: --actor, else $DROVER_ACTOR, else the fleet's default, else user@host."""
+        return explicit or self.actor or os.environ.get("DROVER_ACTOR") or self.fleet.defaults.actor or default_actor()
+
+    def transport(self, host: str) -> Transport:
+        if host not in self._transports:
+            self.fleet.host(host)  # unknown host -> UnknownHost
+            profiles = self.fleet.profile_overrides()
+            if host == LOCAL and not (self.fleet.hosts.get(LOCAL) and self.fleet.hosts[LOCAL].ssh):
+                from drover.transport.local import LocalTransport
+
+                self._transports[host] = LocalTransport(host, profiles)
+            else:
+                from drover.errors import TransportError
+
+                raise TransportError(
+                    f"host {host!r} needs the SSH transport, which this build of drover does not have yet",
+                    host=host,
+                    code="ssh_unavailable",
+                )
+        return self._transports[host]
+
+    def timeout(self, host: str) -> float:
+        cfg = self.fleet.host(host)
+        return cfg.request_timeout or self.fleet.defaults.request_timeout
+
+    async def close(self) -> None:
+        for transport in self._transports.values():
+            await transport.close()
+        self._transports.clear()
+
+
+def parse_payload(name: str, payload: str | dict[str, Any] | None) -> Request:
+    spec = REGISTRY.get(name)
+    if spec is None:
+        known = ", ".join(sorted(REGISTRY))
+        raise UnknownOp(f"unknown op {name!r}", hint=f"known ops: {known}; `drover op --list` shows their fields")
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload) if payload.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise BadJSON(
+                f"the request for {name} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                hint='quote it in single quotes: drover op sessions.list \'{"host": "local"}\'',
+            ) from None
+    if payload is None:
+        payload = {}
+    if not isinstance(payload, dict):
+        raise InvalidRequest(f"the request for {name} must be a JSON object, not {type(payload).__name__}")
+    try:
+        return spec.request.model_validate(payload)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "request"
+            msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+            problems.append(f"{where}: {msg}")
+        fields = ", ".join(spec.request.model_fields)
+        raise InvalidRequest(
+            f"invalid request for {name}: " + "; ".join(problems),
+            hint=f"fields: {fields}",
+            details={"problems": problems},
+        ) from None
+
+
+async def run_async(ctx: Context, name: str, payload: str | dict[str, Any] | None = None) -> Document:
+    try:
+        request = parse_payload(name, payload)
+        result = await REGISTRY[name].handler(ctx, request)
+    except DroverError as exc:
+        return Document(name, False, None, [exc.to_dict()], int(exc.exit_code))
+    data = result.data.model_dump(mode="json") if isinstance(result.data, BaseModel) else result.data
+    return Document(name, result.ok, data, result.errors, int(result.exit_code))
+
+
+def run(name: str, payload: str | dict[str, Any] | None = None, ctx: Context | None = None) -> Document:
+    """Run one op to completion (the synchronous entry for the CLI and library users)."""
+    ctx = ctx or Context()
+
+    async def go() -> Document:
+        try:
+            return await run_async(ctx, name, payload)
+        finally:
+            await ctx.close()
+
+    return asyncio.run(go())
+
+
+def describe() -> list[dict[str, Any]]:
+    """Every op with its request fields, for `drover op --list` and MCP."""
+    out = []
+    for spec in sorted(REGISTRY.values(), key=lambda s: s.name):
+        fields = []
+        for fname, finfo in spec.request.model_fields.items():
+            ann = finfo.annotation
+            type_name = getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
+            fields.append(
+                {
+                    "name": fname,
+                    "type": type_name,
+                    "required": finfo.is_required(),
+                    "default": None if finfo.is_required() else finfo.get_default(call_default_factory=True),
+                    "description": finfo.description or "",
+                }
+            )
+        out.append({"op": spec.name, "cli": spec.cli, "summary": spec.summary, "fields": fields})
+    return out

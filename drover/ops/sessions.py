@@ -1,0 +1,168 @@
+"""sessions.*: list, status and message -- the verbs that touch a host."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Literal
+
+from pydantic import Field
+
+from drover import limits
+from drover.errors import OUTCOME_EXIT, DroverError, EmptyText, ExitCode, TargetError
+from drover.fleet import LOCAL
+from drover.ops.core import Context, Request, Result, op
+
+
+class ListRequest(Request):
+    hosts: list[str] | None = Field(None, description="hosts to ask (default: every host of the fleet)")
+    tags: list[str] | None = Field(None, description="only hosts with one of these tags")
+    engine: str | None = Field(None, description="only sessions running this engine")
+    state: bool = Field(True, description="read each pane's screen to report its state")
+
+
+class StatusRequest(Request):
+    host: str = Field(LOCAL, description="the host the session is on")
+    id: str = Field(..., description="pane id (%3), session:window.pane, or a unique name or prefix")
+    tail: int = Field(8, ge=0, le=200, description="lines of the screen's tail to include")
+
+
+class MessageRequest(Request):
+    host: str = Field(LOCAL, description="the host the session is on")
+    id: str = Field(..., description="pane id (%3), session:window.pane, or a unique name or prefix")
+    text: str = Field(..., description="the message; wrapped in the cross-session envelope for agent engines")
+    actor: str | None = Field(None, description="who is sending (default: $DROVER_ACTOR, else user@host)")
+    via: Literal["auto", "tmux"] = Field("auto", description="the lane: auto picks the best one the session has")
+    expect_engine: str | None = Field(None, description="refuse unless the pane runs this engine")
+
+
+async def fan_out(
+    ctx: Context, hosts: list[str], helper_op: str, args: dict[str, Any]
+) -> list[tuple[str, Any, DroverError | None]]:
+    """Ask every host concurrently (bounded); a failing host is a row, never an exception."""
+    limit = asyncio.Semaphore(ctx.fleet.defaults.concurrency)
+    done = 0
+
+    async def one(host: str) -> tuple[str, Any, DroverError | None]:
+        nonlocal done
+        async with limit:
+            try:
+                data = await ctx.transport(host).call(helper_op, args, timeout=ctx.timeout(host))
+                result: tuple[str, Any, DroverError | None] = (host, data, None)
+            except DroverError as exc:
+                exc.host = exc.host or host
+                result = (host, None, exc)
+        done += 1
+        if ctx.progress:
+            ctx.progress(host, done, len(hosts))
+        return result
+
+    return list(await asyncio.gather(*(one(h) for h in hosts)))
+
+
+def _fan_exit(rows: list[tuple[str, Any, DroverError | None]]) -> int:
+    failed = sum(1 for _h, _d, err in rows if err is not None)
+    if not failed:
+        return ExitCode.OK
+    return ExitCode.PARTIAL if failed < len(rows) else ExitCode.FAILED
+
+
+@op("sessions.list", ListRequest, "every session on every (or the chosen) host, with engine and state", "drover ls")
+async def sessions_list(ctx: Context, req: ListRequest) -> Result:
+    hosts = ctx.fleet.select(req.hosts, req.tags)
+    rows = await fan_out(ctx, hosts, "list", {"state": req.state})
+    sessions: list[dict[str, Any]] = []
+    warnings: list[dict[str, Any]] = []
+    for host, data, _err in rows:
+        if data is None:
+            continue
+        for s in data.get("sessions", []):
+            if req.engine and s.get("engine") != req.engine:
+                continue
+            sessions.append({"host": host, **s})
+        warnings += [{"host": host, "message": w} for w in data.get("warnings", [])]
+    errors = [err.to_dict() for _h, _d, err in rows if err is not None]
+    hosts_out = [{"host": h, "ok": err is None, "sessions": len(d.get("sessions", [])) if d else 0} for h, d, err in rows]
+    return Result({"sessions": sessions, "hosts": hosts_out, "warnings": warnings}, errors, _fan_exit(rows))
+
+
+@op("sessions.status", StatusRequest, "alive, and doing what? state with evidence: screen, last line, since", "drover status")
+async def sessions_status(ctx: Context, req: StatusRequest) -> Result:
+    data = await ctx.transport(req.host).call("status", {"target": req.id, "tail": req.tail}, timeout=ctx.timeout(req.host))
+    session = {"host": req.host, **data["session"]}
+    return Result({"session": session, "warnings": data.get("warnings", [])})
+
+
+BRIEF = ("id", "server", "target", "name", "engine", "pid", "cwd")
+
+
+def _brief(outcome: dict[str, Any]) -> dict[str, Any]:
+    """The outcome as recorded: the receiving session named, not its whole description."""
+    session = outcome.get("session")
+    if isinstance(session, dict):
+        outcome = {**outcome, "session": {k: session[k] for k in BRIEF if k in session}}
+    return outcome
+
+
+def _exit_for(outcome: dict[str, Any]) -> int:
+    if outcome.get("error_class") == "target":
+        return ExitCode.TARGET
+    return int(OUTCOME_EXIT.get(outcome.get("outcome", "failed"), ExitCode.FAILED))
+
+
+@op("sessions.message", MessageRequest, "deliver text to one session, safely, with a record", "drover send")
+async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
+    if not req.text.strip():
+        raise EmptyText("the message text is empty", hint="give the text as an argument, or - to read it from stdin")
+    fleet = ctx.fleet
+    actor = ctx.who(req.actor)
+    lim = fleet.limits
+    options = {"via": req.via, "expect_engine": req.expect_engine}
+
+    def check(recent: list[dict[str, Any]]) -> dict[str, Any] | None:
+        return limits.check(lim, req.host, req.id, req.text, time.time(), recent)
+
+    # Write-ahead: the message has its id and its accepted event before anything touches a host.
+    msg_id, refusal = ctx.truth.accept(
+        actor=actor,
+        host=req.host,
+        target=req.id,
+        text=req.text,
+        options=options,
+        max_stored_chars=lim.max_chars,
+        check=check,
+        window_s=limits.window_s(lim),
+    )
+    outcome: dict[str, Any]
+    if refusal is not None:
+        outcome = {"outcome": "refused", "lane": None, **refusal}
+    else:
+        try:
+            args = {
+                "target": req.id,
+                "text": req.text,
+                "actor": actor,
+                "mode": "prompting",
+                "lane": req.via,
+                "expect_engine": req.expect_engine,
+                "settle_s": fleet.defaults.settle_s,
+            }
+            outcome = _brief(await ctx.transport(req.host).call("deliver", args, timeout=ctx.timeout(req.host)))
+        except DroverError as exc:
+            outcome = {
+                "outcome": "failed",
+                "lane": None,
+                "code": exc.code,
+                "detail": exc.line(),
+                "error_class": "target" if isinstance(exc, TargetError) else None,
+            }
+            if exc.details.get("candidates"):
+                outcome["candidates"] = exc.details["candidates"]
+        ctx.truth.outcome(msg_id, {k: v for k, v in outcome.items() if k != "error_class"})
+    data = {"id": msg_id, "host": req.host, "target": req.id, "actor": actor, **outcome}
+    data.pop("error_class", None)
+    exit_code = _exit_for(outcome)
+    errors = []
+    if exit_code != ExitCode.OK:
+        errors.append({"code": outcome.get("code") or outcome["outcome"], "message": outcome.get("detail", ""), "host": req.host})
+    return Result(data, errors, exit_code)
