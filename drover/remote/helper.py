@@ -190,14 +190,19 @@ def _lines(screen: str) -> list:
 
 
 def _search(patterns: list, lines: list, ignore: str = "") -> str | None:
-    """The first line that matches any pattern; lines that are part of `ignore` (our own pasted text) don't count."""
+    """The first line that matches any pattern.
+
+    With `ignore` (the text we just pasted), a match whose matched words occur in that text doesn't count: the
+    program may be echoing our own text, wrapped and prefixed in its input box, and our text may quote a dialog.
+    """
     for line in lines:
-        stripped = line.strip()
-        if ignore and stripped and stripped in ignore:
-            continue
         for pattern in patterns:
-            if re.search(pattern, line):
-                return line
+            m = re.search(pattern, line)
+            if m is None:
+                continue
+            if ignore and m.group(0).strip() and m.group(0).strip() in ignore:
+                continue
+            return line
     return None
 
 
@@ -325,9 +330,11 @@ def _engine_of(argv: list, profiles: dict, order: list) -> str | None:
         first = [a for a in args if not a.startswith("-")]
         if first:
             scripts.append(first[0])
+    # npm installs agents as scripts run by node (`node /usr/bin/codex`): the script's name counts as a command.
+    names = [base] + [os.path.basename(s) for s in scripts]
     for name in order:
         prof = profiles[name]
-        if base in prof.get("commands", []):
+        if any(n in prof.get("commands", []) for n in names):
             return name
         for pattern in prof.get("scripts", []):
             if any(re.search(pattern, s) for s in scripts):

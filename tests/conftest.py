@@ -1,0 +1,169 @@
+"""Shared fixtures: an isolated drover home and fleet, private tmux servers, and the demo agent in real panes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCREENS = Path(__file__).resolve().parent / "screens"
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """Every test gets its own drover home, config dir and tmux socket directory, and leaves no server behind."""
+    # tmux socket paths must stay short (108 bytes), so not under pytest's deep tmp_path.
+    tmux_dir = tempfile.mkdtemp(prefix="drt-")
+    monkeypatch.setenv("DROVER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("TMUX_TMPDIR", tmux_dir)
+    for var in ("DROVER_FLEET", "DROVER_ACTOR", "TMUX", "TMUX_PANE"):
+        monkeypatch.delenv(var, raising=False)
+    yield tmp_path
+    sockdir = Path(tmux_dir) / f"tmux-{os.getuid()}"
+    if sockdir.exists():
+        for sock in sockdir.iterdir():
+            subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True, timeout=10)
+    shutil.rmtree(tmux_dir, ignore_errors=True)
+
+
+@dataclass
+class Pane:
+    server: str
+    id: str
+    log: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def tmux(self, *args: str, check: bool = True) -> str:
+        proc = subprocess.run(["tmux", "-L", self.server, *args], capture_output=True, text=True, timeout=10)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"tmux {args}: {proc.stderr}")
+        return proc.stdout
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", self.id)
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        assert self.log is not None
+        if not self.log.exists():
+            return []
+        rows = [json.loads(line) for line in self.log.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [r for r in rows if kind is None or r["type"] == kind]
+
+    def messages(self) -> list[str]:
+        return [e["text"] for e in self.events("message")]
+
+    @property
+    def pid(self) -> int:
+        return int(self.events("start")[0]["pid"])
+
+    def wait_idle(self, timeout: float = 10.0) -> None:
+        wait_for(lambda: "idle · paste" in self.screen(), timeout, what=f"{self.id} idle")
+
+    @property
+    def address(self) -> str:
+        return f"{self.server}/{self.id}"
+
+
+class Tmux:
+    """Starts private tmux servers (one per name) inside the test's TMUX_TMPDIR."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.count = 0
+
+    def start(self, session: str, command: str, server: str = "default", width: int = 160, height: int = 40) -> Pane:
+        env_cmd = ["tmux", "-L", server, "new-session", "-d", "-P", "-F", "#{pane_id}", "-s", session]
+        proc = subprocess.run(
+            [*env_cmd, "-x", str(width), "-y", str(height), "-c", str(self.tmp), command],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return Pane(server, proc.stdout.strip())
+
+    def agent(self, session: str = "agent", server: str = "default", *flags: str, wait: bool = True) -> Pane:
+        self.count += 1
+        log = self.tmp / f"agent-{self.count}.jsonl"
+        cmd = f"{sys.executable} -m drover.demo_agent --log {log} --name {session} {' '.join(flags)}"
+        pane = self.start(session, cmd, server)
+        pane.log = log
+        if wait:
+            pane.wait_idle()
+        return pane
+
+
+@pytest.fixture
+def tmux(isolated: Path) -> Tmux:
+    if not shutil.which("tmux"):
+        pytest.fail("tmux is not installed: the README's test command installs it (apt-get install tmux)")
+    return Tmux(isolated)
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    """Run `drover ARGS` in-process; returns exit code, stdout, stderr."""
+    from drover.cli.main import main
+
+    def run(*args: str, stdin: str | None = None) -> CliResult:
+        capsys.readouterr()
+        old = sys.stdin
+        if stdin is not None:
+            import io
+
+            sys.stdin = io.StringIO(stdin)
+        try:
+            code = main(list(args))
+        finally:
+            sys.stdin = old
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+def drover_process(*args: str, stdin: str | None = None, timeout: float = 60, env: dict[str, str] | None = None) -> CliResult:
+    """Run `python -m drover ARGS` as a real separate process."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "drover", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=str(ROOT),
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)

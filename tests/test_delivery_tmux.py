@@ -1,0 +1,140 @@
+"""Delivery by guarded paste into real tmux panes: what the receiving program read is compared with what was sent."""
+
+from __future__ import annotations
+
+import random
+import string
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import drover
+from tests.conftest import Tmux, wait_for
+
+ACTOR = "tester"
+
+
+def expected_envelope(body: str) -> str:
+    # Written out here, not built with drover's own function: the test must not share the code it checks.
+    return f'<cross-session-message from-name="drover ({ACTOR})" from-mode="prompting">\n{body}\n</cross-session-message>'
+
+
+def send(pane_address: str, text: str, **extra: object) -> Any:
+    doc = drover.run("sessions.message", {"id": pane_address, "text": text, **extra}, actor=ACTOR)
+    return doc
+
+
+def big_text(n: int) -> str:
+    rng = random.Random(7)
+    alphabet = string.ascii_letters + string.digits + " .,;:!?-_/()[]{}'\"#$%&*+=<>@^`|~"
+    lines, size = [], 0
+    while size < n:
+        line = "".join(rng.choice(alphabet) for _ in range(rng.randint(20, 120)))
+        lines.append(line)
+        size += len(line) + 1
+    return "\n".join(lines)[:n]
+
+
+CASES = {
+    "one-liner": ("coordinator here: rebase on master, the schema landed", None),
+    "fifty-lines": ("\n".join(f"line {i:02d}: the quick brown fox" for i in range(50)), None),
+    "unicode": ("日本語のテキスト 中文 한국어 🎉👩\u200d💻 Ünïcödé \u200fשלום עולם\u200f \u202bمرحبا\u202c", None),
+    "tabs": ("col1\tcol2\t\tcol3\n\tindented", None),
+    "bracketed-paste-end": ("before\x1b[201~after, then Enter", "before\u241b[201~after, then Enter"),
+    "ctrl-c": ("stop\x03now", "stop\u2403now"),
+    "arrow-key": ("up\x1b[Aarrow\x1bOB", "up\u241b[Aarrow\u241bOB"),
+    "closing-tag": ("quote: </cross-session-message> and more", "quote: <\\/cross-session-message> and more"),
+    "key-names": ("Enter C-c Escape Up M-x BSpace", None),
+    "crlf-and-cr": ("a\r\nb\rc", "a\nb\u240dc"),
+    "del-and-c1": ("x\x7fy\x9bz\x85", "x\u2421y\ufffdz\ufffd"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_text_arrives_as_text_never_as_keys(tmux: Tmux, case: str) -> None:
+    text, visible = CASES[case]
+    pane = tmux.agent()
+    doc = send(pane.address, text)
+    assert doc.ok, doc.errors
+    assert doc.data["outcome"] == "delivered"
+    assert doc.data["lane"] == "tmux"
+    wait_for(pane.messages, what="the message to arrive")
+    assert pane.messages() == [expected_envelope(visible if visible is not None else text)]
+    assert pane.events("key") == [], "part of the text was read as a key press"
+    assert pane.events("dialog") == []
+
+
+def test_hundred_kilobytes_arrive_whole(tmux: Tmux) -> None:
+    text = big_text(100_000)
+    pane = tmux.agent()
+    doc = send(pane.address, text)
+    assert doc.data["outcome"] == "delivered", doc.data
+    wait_for(pane.messages, timeout=20, what="100 KB to arrive")
+    got = pane.messages()
+    assert len(got) == 1
+    assert got[0] == expected_envelope(text)
+    assert pane.events("key") == []
+
+
+def test_shell_engine_gets_raw_text_without_envelope(tmux: Tmux, isolated: Path) -> None:
+    out = isolated / "shell-received.txt"
+    pane = tmux.start("plain", f"exec cat > {out}")
+    wait_for(lambda: pane.tmux("display-message", "-p", "-t", pane.id, "#{pane_current_command}").strip() == "cat")
+    doc = send(pane.address, "echo hello; C-c \x1b[201~")
+    assert doc.data["outcome"] == "delivered", doc.data
+    assert doc.data["session"]["engine"] == "shell"
+    wait_for(lambda: out.exists() and out.read_text(encoding="utf-8"), what="cat to write the line")
+    assert out.read_text(encoding="utf-8") == "echo hello; C-c \u241b[201~\n"
+
+
+def test_busy_agent_gets_it_queued(tmux: Tmux) -> None:
+    pane = tmux.agent("busy", "default", "--busy-after-message", "4")
+    first = send(pane.address, "first: start working")
+    assert first.data["outcome"] == "delivered"
+    wait_for(lambda: "esc to interrupt" in pane.screen(), what="the agent to look busy")
+    second = send(pane.address, "second: arrives while busy")
+    assert second.ok, second.errors
+    assert second.data["outcome"] == "queuedBehindTurn"
+    wait_for(lambda: len(pane.messages()) == 2)
+    queued = pane.events("message")[1]
+    assert queued["while_busy"] is True
+    assert queued["text"] == expected_envelope("second: arrives while busy")
+
+
+def test_send_by_name_and_by_session_window_pane(tmux: Tmux, cli: Any) -> None:
+    pane = tmux.agent("webapp-f8")
+    res = cli("--actor", ACTOR, "send", "local:webapp-f8", "by name", "--json")
+    assert res.code == 0, res.err
+    assert res.json()["data"]["session"]["id"] == pane.id
+    res = cli("--actor", ACTOR, "send", "webapp-f8:0.0", "by target", "--json")
+    assert res.code == 0, res.err
+    wait_for(lambda: len(pane.messages()) == 2)
+    assert pane.messages() == [expected_envelope("by name"), expected_envelope("by target")]
+
+
+def test_send_reads_stdin(tmux: Tmux, cli: Any) -> None:
+    pane = tmux.agent("stdin")
+    res = cli("--actor", ACTOR, "send", "stdin", "-", stdin="from a pipe\nsecond line\n")
+    assert res.code == 0, res.err
+    assert "delivered" in res.out
+    wait_for(pane.messages)
+    assert pane.messages() == [expected_envelope("from a pipe\nsecond line\n")]
+
+
+def test_ls_and_status_show_engine_and_state(tmux: Tmux, cli: Any) -> None:
+    agent = tmux.agent("lister")
+    shell = tmux.start("sh", "bash --norc --noprofile")
+    res = cli("ls", "--json")
+    assert res.code == 0, res.err
+    rows = {s["id"]: s for s in res.json()["data"]["sessions"]}
+    assert rows[agent.id]["engine"] == "demo" and rows[agent.id]["state"] == "idle"
+    assert rows[agent.id]["name"] == "lister" and rows[agent.id]["host"] == "local"
+    assert rows[shell.id]["engine"] == "shell"
+    human = cli("ls")
+    assert "lister" in human.out and "demo" in human.out and "idle" in human.out
+    st = cli("status", "local:lister", "--json")
+    assert st.code == 0
+    session = st.json()["data"]["session"]
+    assert session["state"] == "idle" and session["last_line"] == "idle · paste or type a message"
+    assert any("❯" in line for line in session["tail"])
