@@ -64,6 +64,9 @@ class DroverError(Exception):
         hint = f" ({self.hint})" if self.hint else ""
         return f"{where}{self.message}{hint}"
 
+    def __str__(self) -> str:
+        return self.line()
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.host:

@@ -161,7 +161,10 @@ def test_copy_mode_input_off_and_dead_panes_are_refused(tmux: Tmux) -> None:
 
 def test_password_prompt_in_a_shell_is_refused(tmux: Tmux, isolated: Path) -> None:
     log = isolated / "pw.bytes"
-    script = f"import sys,os; sys.stdout.write('[sudo] password for root: '); sys.stdout.flush(); d = os.read(0, 100); open('{log}','wb').write(d)"
+    script = (
+        "import sys,os; sys.stdout.write('[sudo] password for root: '); sys.stdout.flush(); "
+        f"d = os.read(0, 100); open('{log}','wb').write(d)"
+    )
     pane = tmux.start("pw", f'{sys.executable} -c "{script}"')
     wait_for(lambda: "password for root" in pane.screen())
     doc = drover.run("sessions.message", {"id": pane.address, "text": "hunter2"}, actor="tester")

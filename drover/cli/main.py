@@ -118,6 +118,12 @@ def read_text(text: str) -> str:
     return text
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"drover {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _global(
     fleet: Annotated[
@@ -125,12 +131,11 @@ def _global(
     ] = None,
     actor: Annotated[str | None, typer.Option("--actor", help="who is sending (default: $DROVER_ACTOR, else user@host)")] = None,
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks for internal errors")] = False,
-    version: Annotated[bool, typer.Option("--version", help="print the version and exit")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", help="print the version and exit", is_eager=True, callback=_print_version)
+    ] = False,
 ) -> None:
     state.fleet, state.actor, state.debug = fleet, actor, debug
-    if version:
-        print(f"drover {__version__}")
-        raise typer.Exit(0)
 
 
 @app.command("ls")
@@ -190,7 +195,7 @@ def op_cmd(
 
     if list_ops or verb is None:
         ops = describe()
-        render.print_json({"drover": 1, "ops": ops}) if as_json or not sys.stdout.isatty() else render.ops_list(ops)
+        render.print_json({"drover": 1, "ops": ops}) if as_json else render.ops_list(ops)
         raise typer.Exit(0)
     payload = read_text(request) if request is not None else "{}"
     from drover.ops import run as run_op
@@ -262,6 +267,12 @@ from drover.cli import fleet_cmds as _fleet_cmds  # noqa: E402  - registers `dro
 _ = (_demo, _fleet_cmds)
 
 
+# typer >= 0.20 vendors click as typer._click: catch its classes and plain click's, whichever parsed the line.
+EXIT_ERRORS: tuple[type[BaseException], ...] = (typer.Exit, click.exceptions.Exit)
+ABORT_ERRORS: tuple[type[BaseException], ...] = (typer.Abort, click.exceptions.Abort)
+USAGE_ERRORS: tuple[type[BaseException], ...] = (typer.TyperException, click.ClickException)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The program with error handling: one line per error, a documented exit code, tracebacks only with --debug."""
     args = sys.argv[1:] if argv is None else argv
@@ -269,13 +280,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = app(args=args, prog_name="drover", standalone_mode=False)
         return int(result or 0)
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.exceptions.Abort:
+    except EXIT_ERRORS as exc:
+        return int(getattr(exc, "exit_code", 0))
+    except ABORT_ERRORS:
         render.err.print("drover: interrupted", style="red")
         return ExitCode.INTERRUPTED
-    except click.ClickException as exc:
-        render.err.print(f"drover: {exc.format_message()} (see `drover --help`)", style="red", markup=False)
+    except USAGE_ERRORS as exc:
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        render.err.print(f"drover: {message} (see `drover --help`)", style="red", markup=False)
         return ExitCode.USAGE
     except DroverError as exc:
         if debug:

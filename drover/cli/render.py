@@ -119,8 +119,10 @@ def outcome(data: dict[str, Any], expected: bool = False) -> None:
     if session.get("engine"):
         where += f" ({session['engine']})"
     via = f" via {data['lane']}" if data.get("lane") else ""
-    line = Text.assemble((name, f"bold {style}"), f" → {where}{via}: {data.get('detail', '')}  ", (data["id"], "dim"))
-    console = out if expected or name in ("delivered", "queuedBehindTurn") else err
+    ok = name in ("delivered", "queuedBehindTurn")
+    prefix = "" if ok or expected else "drover: "
+    line = Text.assemble(prefix, (name, f"bold {style}"), f" → {where}{via}: {data.get('detail', '')}  ", (data["id"], "dim"))
+    console = out if expected or ok else err
     console.print(line)
     for c in data.get("candidates") or []:
         err.print(Text(f"  candidate: {c.get('server', '')}/{c['id']}  {c.get('name', '')}"))

@@ -153,7 +153,7 @@ async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
                 "outcome": "failed",
                 "lane": None,
                 "code": exc.code,
-                "detail": exc.line(),
+                "detail": exc.message + (f" ({exc.hint})" if exc.hint else ""),
                 "error_class": "target" if isinstance(exc, TargetError) else None,
             }
             if exc.details.get("candidates"):

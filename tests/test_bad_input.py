@@ -1,0 +1,141 @@
+"""Bad input gets one readable line, its documented exit code, an honest record, and no pane is touched."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Pane, Tmux, drover_process
+
+
+@pytest.fixture
+def agent(tmux: Tmux) -> Pane:
+    return tmux.agent("target")
+
+
+def one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got: {err!r}"
+    assert "Traceback" not in err
+    assert lines[0].startswith("drover: ")
+    return lines[0]
+
+
+def untouched(pane: Pane) -> None:
+    assert pane.messages() == [] and pane.events("key") == [] and pane.events("dialog_input") == []
+
+
+def test_malformed_op_json(cli: Any, agent: Pane) -> None:
+    res = cli("op", "sessions.message", '{"host": "local", "id": ')
+    assert res.code == 2
+    assert "not valid JSON" in one_line(res.err)
+    doc = res.json()
+    assert doc["ok"] is False and doc["errors"][0]["code"] == "bad_json"
+    untouched(agent)
+
+
+def test_request_that_is_not_an_object_or_has_unknown_fields(cli: Any, agent: Pane) -> None:
+    res = cli("op", "sessions.message", "[1, 2]")
+    assert res.code == 2 and "must be a JSON object" in one_line(res.err)
+    res = cli("op", "sessions.message", '{"id": "target", "txt": "typo"}')
+    assert res.code == 2
+    line = one_line(res.err)
+    assert "txt: unknown field" in line and "text: Field required" in line
+    untouched(agent)
+
+
+def test_unknown_op(cli: Any) -> None:
+    res = cli("op", "sessions.mesage", "{}")
+    assert res.code == 2
+    assert "unknown op 'sessions.mesage'" in one_line(res.err)
+    assert res.json()["errors"][0]["code"] == "unknown_op"
+
+
+def test_unknown_host(cli: Any, agent: Pane, isolated: Path) -> None:
+    res = cli("op", "sessions.message", '{"host": "box-z", "id": "target", "text": "hi"}')
+    assert res.code == 6
+    assert "unknown host 'box-z'" in one_line(res.err)
+    untouched(agent)
+    log = cli("log", "--json").json()["data"]["messages"]
+    assert [(m["host"], m["outcome"], m["code"]) for m in log] == [("box-z", "failed", "unknown_host")]
+
+
+def test_unknown_session_lists_what_is_there(cli: Any, agent: Pane) -> None:
+    res = cli("send", "local:nosuch", "hi")
+    assert res.code == 6
+    line = one_line(res.err)
+    assert "no session 'nosuch'" in line and "target" in line
+    untouched(agent)
+
+
+def test_ambiguous_session_lists_candidates(cli: Any, tmux: Tmux) -> None:
+    a = tmux.agent("dup-one")
+    b = tmux.agent("dup-two")
+    res = cli("send", "dup", "hi", "--json")
+    assert res.code == 6
+    data = res.json()["data"]
+    assert data["outcome"] == "failed" and data["code"] == "ambiguous_session"
+    assert sorted(c["id"] for c in data["candidates"]) == sorted([a.id, b.id])
+    human = cli("send", "dup", "hi")
+    assert human.code == 6 and "matches" not in human.out
+    assert "prefix of 2 sessions" in human.err and "candidate:" in human.err
+    untouched(a)
+    untouched(b)
+
+
+def test_empty_text(cli: Any, agent: Pane) -> None:
+    for text in ("", "   \n\t"):
+        res = cli("send", "target", text)
+        assert res.code == 2
+        assert "the message text is empty" in one_line(res.err)
+    res = cli("send", "target", "-", stdin="")
+    assert res.code == 2
+    untouched(agent)
+    assert cli("log", "--json").json()["data"]["messages"] == []
+
+
+def test_text_over_the_size_limit_is_refused_and_recorded(agent: Pane) -> None:
+    text = "x" * (1_048_576 + 1)
+    res = drover_process("send", agent.address, "-", "--json", stdin=text)
+    assert res.code == 4, res.err
+    data = res.json()["data"]
+    assert data["outcome"] == "refused" and data["code"] == "too_large"
+    assert "1,048,577 characters" in data["detail"]
+    untouched(agent)
+    log = drover_process("log", "--json").json()["data"]["messages"]
+    assert log[0]["outcome"] == "refused" and log[0]["text_chars"] == 1_048_577
+
+
+def test_invalid_fleet_file(cli: Any, agent: Pane, isolated: Path) -> None:
+    fleet = isolated / "fleet.toml"
+    fleet.write_text('[hosts.box-a]\nssh = "a.example"\nport = "twenty-two"\nprot = 22\n', encoding="utf-8")
+    res = cli("--fleet", str(fleet), "send", "target", "hi")
+    assert res.code == 7
+    lines = [line for line in res.err.splitlines() if line.strip()]
+    assert "fleet.toml:3: hosts.box-a.port" in lines[0]
+    assert any("fleet.toml:4: hosts.box-a.prot: unknown key" in line for line in lines)
+    assert "Traceback" not in res.err
+    untouched(agent)
+    fleet.write_text("[hosts\n", encoding="utf-8")
+    res = cli("--fleet", str(fleet), "ls")
+    assert res.code == 7 and "not valid TOML" in one_line(res.err)
+    res = cli("--fleet", str(isolated / "missing.toml"), "ls")
+    assert res.code == 7 and "does not exist" in one_line(res.err)
+
+
+def test_bad_cli_arguments_are_usage_errors(cli: Any) -> None:
+    res = cli("send")
+    assert res.code == 2 and "Missing argument" in one_line(res.err)
+    res = cli("frobnicate")
+    assert res.code == 2 and "No such command" in one_line(res.err)
+
+
+def test_separate_process_errors_have_no_traceback(agent: Pane) -> None:
+    res = drover_process("op", "sessions.message", "{not json")
+    assert res.code == 2
+    assert one_line(res.err)
+    assert json.loads(res.out)["errors"][0]["code"] == "bad_json"
+    untouched(agent)

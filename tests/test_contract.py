@@ -1,0 +1,86 @@
+"""The JSON contract scripts rely on, pinned: the op document, the ops and their fields, exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import drover
+from drover.errors import ExitCode
+from tests.conftest import ROOT, Tmux, drover_process
+
+DOCUMENT_KEYS = ["drover", "op", "ok", "data", "errors"]
+
+OPS = {
+    "guard.check": ["engine", "screen"],
+    "messages.get": ["id"],
+    "messages.list": ["target", "host", "actor", "outcome", "since", "pending", "limit", "text"],
+    "sessions.list": ["hosts", "tags", "engine", "state"],
+    "sessions.message": ["host", "id", "text", "actor", "via", "expect_engine"],
+    "sessions.status": ["host", "id", "tail"],
+}
+
+
+def test_op_list_pins_ops_and_fields(cli: Any) -> None:
+    res = cli("op", "--list", "--json")
+    assert res.code == 0
+    ops = {spec["op"]: [f["name"] for f in spec["fields"]] for spec in res.json()["ops"]}
+    assert ops == OPS
+    human = cli("op", "--list")
+    assert "sessions.message" in human.out and "(drover send)" in human.out
+
+
+def test_document_shape_on_success_and_failure(tmux: Tmux, cli: Any) -> None:
+    pane = tmux.agent("contract")
+    ok = cli("op", "sessions.message", f'{{"id": "{pane.id}", "text": "pinned"}}')
+    doc = ok.json()
+    assert list(doc) == DOCUMENT_KEYS
+    assert doc["drover"] == 1 and doc["op"] == "sessions.message" and doc["ok"] is True and doc["errors"] == []
+    for key in ("id", "host", "target", "actor", "outcome", "lane", "detail", "session"):
+        assert key in doc["data"], key
+    assert doc["data"]["id"].startswith("msg_")
+    bad = cli("op", "sessions.status", '{"id": "nope"}').json()
+    assert list(bad) == DOCUMENT_KEYS
+    assert bad["ok"] is False and bad["data"] is None
+    assert set(bad["errors"][0]) >= {"code", "message", "host"} and bad["errors"][0]["code"] == "session_not_found"
+
+
+def test_op_reads_the_request_from_stdin(tmux: Tmux, cli: Any) -> None:
+    tmux.agent("piped")
+    res = cli("op", "sessions.status", "-", stdin='{"id": "piped"}')
+    assert res.code == 0 and res.json()["data"]["session"]["name"] == "piped"
+
+
+def test_library_returns_the_same_document(tmux: Tmux) -> None:
+    tmux.agent("lib")
+    doc = drover.run("sessions.list", {"engine": "demo"})
+    assert doc.ok and doc.exit_code == 0
+    assert [s["name"] for s in doc.data["sessions"]] == ["lib"]
+    assert list(doc.to_dict()) == DOCUMENT_KEYS
+
+
+def test_exit_codes_are_documented_in_help(cli: Any) -> None:
+    res = cli("--help")
+    assert res.code == 0
+    text = " ".join(res.out.split())
+    for code in ExitCode:
+        assert f"{int(code)} " in text, f"exit code {int(code)} is not documented in --help"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for code in ExitCode:
+        assert f"| {int(code)} |" in readme, f"exit code {int(code)} is not in the README's table"
+
+
+def test_help_and_local_work_do_not_import_asyncssh() -> None:
+    code = (
+        "import sys; from drover.cli.main import main; "
+        "rc = main(['--help']); rc = main(['ls', '--json']); "
+        "print('asyncssh' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=60)
+    assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_version_and_module_entry() -> None:
+    res = drover_process("--version")
+    assert res.code == 0 and res.out.strip() == f"drover {drover.__version__}"

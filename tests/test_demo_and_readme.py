@@ -1,0 +1,41 @@
+"""The newcomer's path: `drover demo` works end to end, and the README's commands are the ones CI runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tests.conftest import ROOT, drover_process
+
+
+def readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    setup = text.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.+?)\n```", setup, re.S)
+
+
+def test_readme_has_the_two_setup_commands_and_ci_runs_the_second() -> None:
+    demo, tests = readme_commands()
+    assert "apt-get install" in demo and "tmux" in demo and demo.endswith("drover demo")
+    assert tests == "bash scripts/test.sh"
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    commands = [line for line in ci.splitlines() if line.strip() and not line.startswith("#")]
+    assert commands[-1] == "exec bash scripts/test.sh"
+    script = (ROOT / "scripts" / "test.sh").read_text(encoding="utf-8")
+    assert "apt-get install" in script and "pytest" in script and '"$rc" -eq 5' in script
+
+
+def test_demo_runs_end_to_end_and_cleans_up(isolated: Path) -> None:
+    res = drover_process("demo", timeout=120)
+    assert res.code == 0, res.err + res.out
+    out = res.out
+    assert "delivered → local:" in out
+    assert "refused → local:" in out and "Do you want to proceed?" in out
+    assert "the dialog received 0 keystrokes from drover" in out
+    assert "coordinator here: rebase on master, the schema landed" in out
+    events = [json.loads(line) for line in (isolated / "home" / "truth.jsonl").read_text().splitlines()]
+    outcomes = [e["outcome"] for e in events if e["event"] == "outcome"]
+    assert outcomes == ["delivered", "refused"]
+    # the demo's tmux server is gone: nothing is left to list in this test's private socket directory
+    assert drover_process("ls", "--json").json()["data"]["sessions"] == []

@@ -1,0 +1,163 @@
+"""The truth file: write-ahead, one whole line per event under concurrency, pending after a crash, limits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import drover
+from drover.truth import TruthFile
+from tests.conftest import ROOT, Tmux, drover_process, wait_for
+
+LOOSE_LIMITS = "[limits]\nbucket_size = 100000\nduplicate_window_s = 0\n"
+
+
+def truth_lines(home: Path) -> list[str]:
+    return (home / "truth.jsonl").read_text(encoding="utf-8").splitlines()
+
+
+def test_eight_processes_two_hundred_sends_each(tmux: Tmux, isolated: Path) -> None:
+    fleet = isolated / "fleet.toml"
+    fleet.write_text(LOOSE_LIMITS + "[defaults]\nsettle_s = 0.5\n", encoding="utf-8")
+    panes, outs = [], []
+    for i in range(8):
+        out = isolated / f"recv-{i}.txt"
+        panes.append(tmux.start(f"w{i}", f"exec cat > {out}"))
+        outs.append(out)
+    script = textwrap.dedent(
+        """
+        import sys, drover
+        target, worker = sys.argv[1], sys.argv[2]
+        for n in range(200):
+            doc = drover.run("sessions.message", {"id": target, "text": f"worker {worker} message {n}"}, actor=f"w{worker}")
+            assert doc.data["outcome"] == "delivered", doc.data
+        """
+    )
+    env = {**os.environ, "DROVER_FLEET": str(fleet), "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, p.address, str(i)], env=env, stderr=subprocess.PIPE, text=True)
+        for i, p in enumerate(panes)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, err[-2000:]
+
+    lines = truth_lines(isolated / "home")
+    events = [json.loads(line) for line in lines]  # every line is whole, valid JSON
+    kinds = Counter(e["event"] for e in events)
+    assert kinds == {"accepted": 1600, "outcome": 1600}
+    accepted = [e["id"] for e in events if e["event"] == "accepted"]
+    assert len(set(accepted)) == 1600
+    assert Counter(e["id"] for e in events if e["event"] == "outcome") == Counter(accepted)
+    assert {e["outcome"] for e in events if e["event"] == "outcome"} == {"delivered"}
+    for i, out in enumerate(outs):
+
+        def all_arrived(out: Path = out) -> bool:
+            return len(out.read_text(encoding="utf-8").splitlines()) == 200
+
+        wait_for(all_arrived, timeout=20)
+        assert out.read_text(encoding="utf-8").splitlines() == [f"worker {i} message {n}" for n in range(200)]
+
+
+def test_send_killed_between_accept_and_outcome_shows_as_pending(tmux: Tmux, isolated: Path, cli: Any) -> None:
+    pane = tmux.agent("victim")
+    server_pid = int(pane.tmux("display-message", "-p", "#{pid}").strip())
+    os.kill(server_pid, signal.SIGSTOP)  # a wedged tmux server: drover accepts, then waits on tmux
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "drover", "--actor", "crasher", "send", pane.address, "never finished"],
+            cwd=str(ROOT),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        truth = TruthFile(isolated / "home")
+        wait_for(lambda: any(e["event"] == "accepted" for e in truth.events()), what="the accepted event")
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        os.kill(server_pid, signal.SIGCONT)
+    res = cli("log", "--pending", "--json")
+    assert res.code == 0
+    pending = res.json()["data"]["messages"]
+    assert len(pending) == 1
+    assert pending[0]["actor"] == "crasher" and pending[0]["outcome"] is None and pending[0]["pending"] is True
+    human = cli("log", "show", pending[0]["id"][:12])
+    assert "pending" in human.out and "never finished" in human.out
+    time.sleep(0.3)
+    assert pane.messages() == []
+
+
+def test_truth_file_is_private_and_records_everything(tmux: Tmux, isolated: Path, cli: Any) -> None:
+    pane = tmux.agent("rec")
+    res = cli("--actor", "alice", "send", pane.address, "hello record", "--json")
+    assert res.code == 0
+    doc = res.json()
+    path = isolated / "home" / "truth.jsonl"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    accepted, outcome = (json.loads(line) for line in truth_lines(isolated / "home"))
+    assert accepted["event"] == "accepted" and accepted["id"] == doc["data"]["id"]
+    assert accepted["text"] == "hello record" and accepted["actor"] == "alice"
+    assert accepted["host"] == "local" and accepted["target"] == pane.address
+    assert outcome["event"] == "outcome" and outcome["outcome"] == "delivered" and outcome["lane"] == "tmux"
+    assert outcome["session"]["id"] == pane.id and outcome["session"]["engine"] == "demo"
+    assert accepted["ts"] <= outcome["ts"]
+
+
+def test_log_filters(tmux: Tmux, isolated: Path, cli: Any) -> None:
+    a = tmux.agent("alpha")
+    b = tmux.agent("beta")
+    assert cli("--actor", "alice", "send", "alpha", "one").code == 0
+    assert cli("--actor", "bob", "send", "beta", "two").code == 0
+    os.kill(b.pid, signal.SIGUSR1)
+    wait_for(lambda: "Do you want to proceed?" in b.screen())
+    assert cli("--actor", "bob", "send", "beta", "three").code == 4
+    assert cli("--actor", "carol", "send", "nobody-here", "four").code == 6
+
+    def ids(*args: str) -> list[str]:
+        res = cli("log", "--json", *args)
+        assert res.code == 0, res.err
+        return [m["text"] for m in res.json()["data"]["messages"]]
+
+    assert ids() == ["one", "two", "three", "four"]
+    assert ids("--actor", "bob") == ["two", "three"]
+    assert ids("--target", "local:beta") == ["two", "three"]
+    assert ids("--outcome", "refused") == ["three"]
+    assert ids("--outcome", "failed") == ["four"]
+    assert ids("--since", "1h", "--limit", "2") == ["three", "four"]
+    assert ids("--pending") == []
+    table = cli("log")
+    assert "alice" in table.out and "refused" in table.out and "delivered" in table.out
+    assert a.messages() and b.messages()
+    res = cli("log", "show", "msg_nope")
+    assert res.code == 6 and "no message 'msg_nope'" in res.err
+    res = cli("log", "--since", "yesterday")
+    assert res.code == 2 and "neither a duration" in res.err
+
+
+def test_duplicate_and_burst_limits_hold_across_processes(tmux: Tmux, isolated: Path) -> None:
+    fleet = isolated / "fleet.toml"
+    fleet.write_text("[limits]\nbucket_size = 3\nbucket_refill_per_s = 0.01\n", encoding="utf-8")
+    pane = tmux.agent("limited")
+    env = {"DROVER_FLEET": str(fleet)}
+    first = drover_process("send", pane.address, "same text", env=env)
+    assert first.code == 0, first.err
+    dup = drover_process("send", pane.address, "same text", env=env)
+    assert dup.code == 4 and "same text went to" in dup.err
+    assert drover_process("send", pane.address, "second", env=env).code == 0
+    assert drover_process("send", pane.address, "third", env=env).code == 0
+    burst = drover_process("send", pane.address, "fourth", "--json", env=env)
+    assert burst.code == 4
+    assert burst.json()["data"]["code"] == "rate_limited"
+    wait_for(lambda: len(pane.messages()) == 3)
+    msgs = drover.run("messages.list", {"outcome": "refused"}).data["messages"]
+    assert [m["code"] for m in msgs] == ["duplicate", "rate_limited"]
