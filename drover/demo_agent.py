@@ -54,6 +54,8 @@ class Agent:
 
     # -- drawing ---------------------------------------------------------------------------------------------
     def draw(self) -> None:
+        # Clear the flag first: a signal arriving while we draw must leave it set for the next round.
+        self.dirty = False
         try:
             cols, rows = os.get_terminal_size(1)
         except OSError:
@@ -83,7 +85,6 @@ class Agent:
                 lines.append("  idle · paste or type a message")
         out = "\x1b[H\x1b[2J" + "\r\n".join(line[: cols - 1] for line in lines[-rows:])
         os.write(1, out.encode("utf-8"))
-        self.dirty = False
 
     # -- input -----------------------------------------------------------------------------------------------
     def submit(self) -> None:

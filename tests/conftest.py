@@ -167,3 +167,39 @@ def drover_process(*args: str, stdin: str | None = None, timeout: float = 60, en
         cwd=str(ROOT),
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture(scope="session")
+def ssh_fleet_started() -> Iterator[Any]:
+    from tests.sshfleet import SSHD, SSHFleet
+
+    if not Path(SSHD).exists():
+        pytest.fail("openssh-server is not installed: the README's test command installs it")
+    fleet = SSHFleet(3).start()
+    yield fleet
+    fleet.stop()
+
+
+@pytest.fixture
+def sshfleet(ssh_fleet_started: Any, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The real OpenSSH fleet (h1, h2, h3), with this test's client HOME and a fleet file naming its hosts."""
+    fleet = ssh_fleet_started
+    monkeypatch.setenv("HOME", str(fleet.client_home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    path = isolated / "fleet.toml"
+    path.write_text(fleet.fleet_toml(), encoding="utf-8")
+    monkeypatch.setenv("DROVER_FLEET", str(path))
+    fleet.fleet_file = path
+    yield fleet
+    fleet.kill_tmux()
+
+
+def remote_agent(fleet: Any, host: str, session: str, tmp: Path) -> Pane:
+    """The demo agent in a tmux pane on one host of the SSH fleet."""
+    log = tmp / f"{host}-{session}.jsonl"
+    cmd = f"{sys.executable} -m drover.demo_agent --log {log} --name {session}"
+    proc = fleet.tmux(host, "new-session", "-d", "-P", "-F", "#{pane_id}", "-s", session, "-x", "160", "-y", "40", cmd)
+    assert proc.returncode == 0, proc.stderr
+    pane = Pane("default", proc.stdout.strip(), log)
+    wait_for(lambda: "idle · paste" in fleet.tmux(host, "capture-pane", "-p", "-t", pane.id).stdout, what=f"agent on {host}")
+    return pane

@@ -89,3 +89,16 @@ def remove(name: Annotated[str, typer.Argument(help="the host to remove")]) -> N
     del data["hosts"][name]
     fleet_mod.write_raw(path, data)
     render.out.print(f"removed {name} from {path}")
+
+
+@fleet_app.command("check")
+def check(
+    host: Annotated[list[str] | None, typer.Option("--host", "-H", help="only this host (repeatable)")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="only hosts with this tag (repeatable)")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Per host: reachable, host key, auth, python, tmux, engines found, round-trip time. Broken hosts are named."""
+    from drover.cli.main import finish, run
+
+    doc = run("fleet.check", {"hosts": host or None, "tags": tag or None})
+    finish(doc, as_json, render.fleet_check)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 from typing import Annotated, Any
 
-import click
 import typer
 
 from drover import __version__
@@ -92,7 +91,8 @@ def finish(doc: Any, as_json: bool, show: Any) -> None:
     else:
         if doc.data is not None:
             show(doc.data)
-        if doc.data is None or doc.op != "sessions.message":
+        # These renderings show their own problems (per host, or the refused outcome); others get one line each.
+        if doc.data is None or doc.op not in ("sessions.message", "fleet.check"):
             render.errors(doc)
     raise typer.Exit(doc.exit_code)
 
@@ -267,10 +267,10 @@ from drover.cli import fleet_cmds as _fleet_cmds  # noqa: E402  - registers `dro
 _ = (_demo, _fleet_cmds)
 
 
-# typer >= 0.20 vendors click as typer._click: catch its classes and plain click's, whichever parsed the line.
-EXIT_ERRORS: tuple[type[BaseException], ...] = (typer.Exit, click.exceptions.Exit)
-ABORT_ERRORS: tuple[type[BaseException], ...] = (typer.Abort, click.exceptions.Abort)
-USAGE_ERRORS: tuple[type[BaseException], ...] = (typer.TyperException, click.ClickException)
+# typer vendors click (typer._click): its Exit, Abort and usage errors are typer's own classes.
+EXIT_ERRORS: tuple[type[BaseException], ...] = (typer.Exit,)
+ABORT_ERRORS: tuple[type[BaseException], ...] = (typer.Abort,)
+USAGE_ERRORS: tuple[type[BaseException], ...] = (typer.TyperException,)
 
 
 def main(argv: list[str] | None = None) -> int:

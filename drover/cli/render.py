@@ -172,3 +172,35 @@ def ops_list(ops: list[dict[str, Any]]) -> None:
         for f in spec["fields"]:
             req = "required" if f["required"] else f"default {json.dumps(f['default'])}"
             out.print(Text(f"    {f['name']:<14} {f['type']:<22} {req:<24} {f['description']}"))
+
+
+def _mark(value: bool | None) -> Text:
+    if value is None:
+        return Text("·", style="dim")
+    return Text("yes", style="green") if value else Text("NO", style="bold red")
+
+
+def fleet_check(data: dict[str, Any]) -> None:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("HOST", "REACH", "KEY", "AUTH", "PYTHON", "TMUX", "ENGINES", "CONNECT", "RTT", "PROBLEM"):
+        table.add_column(col, no_wrap=col != "PROBLEM", overflow="fold")
+    for row in data.get("hosts", []):
+        engines = ", ".join(f"{k}×{v}" for k, v in sorted((row.get("engines") or {}).items())) or "-"
+        python = row.get("python") or ("NO" if row.get("python") is False else "-")
+        problem = row.get("error", {})
+        table.add_row(
+            row["host"],
+            _mark(row.get("reachable")),
+            _mark(row.get("host_key")),
+            _mark(row.get("auth")),
+            Text(str(python), style="bold red" if python == "NO" else ""),
+            (row.get("tmux") or "-").replace("tmux ", ""),
+            engines,
+            f"{row['connect_ms']:.0f} ms" if row.get("connect_ms") is not None else "-",
+            f"{row['rtt_ms']:.0f} ms" if row.get("rtt_ms") is not None else "-",
+            Text(error_line(problem) if problem else "", style="red"),
+        )
+    out.print(table)
+    bad = [r["host"] for r in data.get("hosts", []) if not r.get("ok")]
+    if bad:
+        err.print(Text(f"drover: {len(bad)} host(s) failed the check: {', '.join(bad)}"), style="red")

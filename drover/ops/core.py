@@ -120,20 +120,17 @@ class Context:
 
     def transport(self, host: str) -> Transport:
         if host not in self._transports:
-            self.fleet.host(host)  # unknown host -> UnknownHost
+            cfg = self.fleet.host(host)  # unknown host -> UnknownHost
             profiles = self.fleet.profile_overrides()
-            if host == LOCAL and not (self.fleet.hosts.get(LOCAL) and self.fleet.hosts[LOCAL].ssh):
+            if host == LOCAL and not cfg.ssh:
                 from drover.transport.local import LocalTransport
 
                 self._transports[host] = LocalTransport(host, profiles)
             else:
-                from drover.errors import TransportError
+                # Imported here so that `--help` and local work never pay for asyncssh.
+                from drover.transport.ssh import SSHTransport
 
-                raise TransportError(
-                    f"host {host!r} needs the SSH transport, which this build of drover does not have yet",
-                    host=host,
-                    code="ssh_unavailable",
-                )
+                self._transports[host] = SSHTransport(host, cfg, self.fleet.defaults, profiles)
         return self._transports[host]
 
     def timeout(self, host: str) -> float:

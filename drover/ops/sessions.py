@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from pydantic import Field
@@ -36,10 +37,10 @@ class MessageRequest(Request):
     expect_engine: str | None = Field(None, description="refuse unless the pane runs this engine")
 
 
-async def fan_out(
-    ctx: Context, hosts: list[str], helper_op: str, args: dict[str, Any]
+async def fan_out_each(
+    ctx: Context, hosts: list[str], work: Callable[[str], Awaitable[Any]]
 ) -> list[tuple[str, Any, DroverError | None]]:
-    """Ask every host concurrently (bounded); a failing host is a row, never an exception."""
+    """Run `work(host)` for every host concurrently (bounded); a failing host is a row, never an exception."""
     limit = asyncio.Semaphore(ctx.fleet.defaults.concurrency)
     done = 0
 
@@ -47,8 +48,7 @@ async def fan_out(
         nonlocal done
         async with limit:
             try:
-                data = await ctx.transport(host).call(helper_op, args, timeout=ctx.timeout(host))
-                result: tuple[str, Any, DroverError | None] = (host, data, None)
+                result: tuple[str, Any, DroverError | None] = (host, await work(host), None)
             except DroverError as exc:
                 exc.host = exc.host or host
                 result = (host, None, exc)
@@ -60,7 +60,19 @@ async def fan_out(
     return list(await asyncio.gather(*(one(h) for h in hosts)))
 
 
-def _fan_exit(rows: list[tuple[str, Any, DroverError | None]]) -> int:
+async def fan_out(
+    ctx: Context, hosts: list[str], helper_op: str, args: dict[str, Any]
+) -> list[tuple[str, Any, DroverError | None]]:
+    """The same helper request to every host."""
+
+    async def call(host: str) -> Any:
+        return await ctx.transport(host).call(helper_op, args, timeout=ctx.timeout(host))
+
+    return await fan_out_each(ctx, hosts, call)
+
+
+def fan_exit(rows: list[tuple[str, Any, DroverError | None]]) -> int:
+    """0 when every host answered, PARTIAL when some did, FAILED when none did."""
     failed = sum(1 for _h, _d, err in rows if err is not None)
     if not failed:
         return ExitCode.OK
@@ -83,7 +95,7 @@ async def sessions_list(ctx: Context, req: ListRequest) -> Result:
         warnings += [{"host": host, "message": w} for w in data.get("warnings", [])]
     errors = [err.to_dict() for _h, _d, err in rows if err is not None]
     hosts_out = [{"host": h, "ok": err is None, "sessions": len(d.get("sessions", [])) if d else 0} for h, d, err in rows]
-    return Result({"sessions": sessions, "hosts": hosts_out, "warnings": warnings}, errors, _fan_exit(rows))
+    return Result({"sessions": sessions, "hosts": hosts_out, "warnings": warnings}, errors, fan_exit(rows))
 
 
 @op("sessions.status", StatusRequest, "alive, and doing what? state with evidence: screen, last line, since", "drover status")
@@ -93,6 +105,8 @@ async def sessions_status(ctx: Context, req: StatusRequest) -> Result:
     return Result({"session": session, "warnings": data.get("warnings", [])})
 
 
+# Transport failures after the request was sent: the host may have acted on it.
+INDETERMINATE = {"connection_lost", "timeout"}
 BRIEF = ("id", "server", "target", "name", "engine", "pid", "cwd")
 
 
@@ -156,6 +170,10 @@ async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
                 "detail": exc.message + (f" ({exc.hint})" if exc.hint else ""),
                 "error_class": "target" if isinstance(exc, TargetError) else None,
             }
+            if exc.code in INDETERMINATE:
+                # The request left; whether the paste happened is unknown. Never report it as delivered.
+                outcome["indeterminate"] = True
+                outcome["detail"] += "; the message may or may not have arrived: check with `drover status`"
             if exc.details.get("candidates"):
                 outcome["candidates"] = exc.details["candidates"]
         ctx.truth.outcome(msg_id, {k: v for k, v in outcome.items() if k != "error_class"})

@@ -1,0 +1,194 @@
+"""A real OpenSSH test fleet on loopback: one sshd, one address per host, each host with its own state.
+
+Host N listens on 127.0.0.(10+N) at one free port; a `Match LocalAddress` block gives each host its own HOME
+and TMUX_TMPDIR, so each has its own tmux servers (and Claude registry) and a test can tell which host
+answered. The client side gets its own HOME with `.ssh/config` aliases, a key and a known_hosts file, exactly
+as a user's machine would have them. Only the processes it starts are stopped.
+
+By hand (a developer's fleet to poke at):
+
+    python -m tests.sshfleet 3            # prints the environment and fleet file to use; Ctrl-C stops it
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def keygen(path: Path, comment: str) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True)
+    return path.with_suffix(".pub").read_text().strip() if path.suffix else Path(f"{path}.pub").read_text().strip()
+
+
+class SSHFleet:
+    def __init__(self, count: int = 3, root: Path | None = None) -> None:
+        self.count = count
+        # Short paths: tmux and sshd sockets live under here, and Unix socket paths are limited to 108 bytes.
+        self.root = root or Path(tempfile.mkdtemp(prefix="drf-"))
+        self.port = free_port()
+        self.user = getpass.getuser()
+        self.names = [f"h{i}" for i in range(1, count + 1)]
+        # Addresses sshd also listens on but that no known_hosts file lists: for the host-key tests.
+        self.spare = ["127.0.0.21", "127.0.0.22"]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    # -- layout ----------------------------------------------------------------------------------------------
+    def addr(self, name: str) -> str:
+        return f"127.0.0.{10 + self.names.index(name) + 1}"
+
+    def host_home(self, name: str) -> Path:
+        return self.root / name
+
+    def host_env(self, name: str) -> dict[str, str]:
+        home = self.host_home(name)
+        return {"HOME": str(home), "TMUX_TMPDIR": str(home / "t"), "DROVER_TEST_HOST": name}
+
+    @property
+    def client_home(self) -> Path:
+        return self.root / "client"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.client_home / ".ssh" / "known_hosts"
+
+    @property
+    def host_key_line(self) -> str:
+        return (self.root / "sshd" / "host_ed25519.pub").read_text().strip()
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+    def start(self) -> SSHFleet:
+        sshd_dir = self.root / "sshd"
+        ssh_dir = self.client_home / ".ssh"
+        sshd_dir.mkdir(parents=True)
+        ssh_dir.mkdir(parents=True, mode=0o700)
+        keygen(sshd_dir / "host_ed25519", "drover-test-host")
+        client_pub = keygen(ssh_dir / "id_ed25519", "drover-test-client")
+        (sshd_dir / "authorized_keys").write_text(client_pub + "\n")
+        for name in [*self.names, "spare"]:
+            (self.host_home(name) / "t").mkdir(parents=True)
+        lines = [
+            *(f"ListenAddress {self.addr(n)}:{self.port}" for n in self.names),
+            *(f"ListenAddress {a}:{self.port}" for a in self.spare),
+            f"HostKey {sshd_dir / 'host_ed25519'}",
+            f"PidFile {sshd_dir / 'sshd.pid'}",
+            f"AuthorizedKeysFile {sshd_dir / 'authorized_keys'}",
+            "StrictModes no",
+            "UsePAM no",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "PermitRootLogin prohibit-password",
+            "PrintMotd no",
+            "MaxStartups 500",
+            "MaxSessions 100",
+            "LogLevel INFO",
+        ]
+        for name in self.names:
+            env = " ".join(f"{k}={v}" for k, v in self.host_env(name).items())
+            lines += [f"Match LocalAddress {self.addr(name)}", f"    SetEnv {env}"]
+        spare_home = self.host_home("spare")
+        lines += [f"Match LocalAddress {','.join(self.spare)}", f"    SetEnv HOME={spare_home} TMUX_TMPDIR={spare_home}/t"]
+        config = sshd_dir / "sshd_config"
+        config.write_text("\n".join(lines) + "\n")
+        Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+        check = subprocess.run([SSHD, "-t", "-f", str(config)], capture_output=True, text=True)
+        if check.returncode != 0:
+            raise RuntimeError(f"sshd rejected its config: {check.stderr}")
+        self.log = open(sshd_dir / "sshd.log", "wb")
+        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=self.log, stderr=subprocess.STDOUT)
+        self._wait_listening()
+        host_key = self.host_key_line.split()
+        self.known_hosts.write_text("".join(f"[{self.addr(n)}]:{self.port} {host_key[0]} {host_key[1]}\n" for n in self.names))
+        self.known_hosts.chmod(0o600)
+        (ssh_dir / "config").write_text(
+            "".join(
+                f"Host {n}\n    HostName {self.addr(n)}\n    Port {self.port}\n    User {self.user}\n"
+                f"    IdentityFile {ssh_dir / 'id_ed25519'}\n    BatchMode yes\n"
+                for n in self.names
+            )
+        )
+        return self
+
+    def _wait_listening(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        for addr in [*(self.addr(n) for n in self.names), *self.spare]:
+            while True:
+                try:
+                    socket.create_connection((addr, self.port), timeout=1).close()
+                    break
+                except OSError:
+                    if self.proc and self.proc.poll() is not None:
+                        raise RuntimeError("sshd exited: " + (self.root / "sshd" / "sshd.log").read_text()) from None
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"sshd did not listen on {addr}:{self.port}") from None
+                    time.sleep(0.05)
+
+    def fleet_toml(self, extra: str = "") -> str:
+        hosts = "".join(f'[hosts.{n}]\nssh = "{n}"\n' for n in self.names)
+        return "[defaults]\nconnect_timeout = 5.0\nrequest_timeout = 20.0\n\n" + hosts + extra
+
+    @property
+    def client_key(self) -> Path:
+        return self.client_home / ".ssh" / "id_ed25519"
+
+    def tmux(self, name: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run tmux as the given host's user would there (same machine, that host's TMUX_TMPDIR)."""
+        return subprocess.run(
+            ["tmux", *args], env={**os.environ, **self.host_env(name)}, capture_output=True, text=True, timeout=10
+        )
+
+    def kill_tmux(self) -> None:
+        for name in [*self.names, "spare"]:
+            sockdir = self.host_home(name) / "t" / f"tmux-{os.getuid()}"
+            if sockdir.exists():
+                for sock in sockdir.iterdir():
+                    subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True, timeout=10)
+
+    def stop(self) -> None:
+        self.kill_tmux()
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def main() -> None:
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    fleet = SSHFleet(count).start()
+    fleet_file = fleet.root / "fleet.toml"
+    fleet_file.write_text(fleet.fleet_toml())
+    print(f"sshd on port {fleet.port}, hosts: {', '.join(f'{n}={fleet.addr(n)}' for n in fleet.names)}")
+    print("use it with:")
+    print(f"  export HOME={fleet.client_home} DROVER_FLEET={fleet_file}")
+    print("  drover fleet check; drover ls")
+    print(f"start a pane on h1:  HOME={fleet.host_home('h1')} TMUX_TMPDIR={fleet.host_home('h1')}/t tmux new -d")
+    print("Ctrl-C stops the fleet and removes it.")
+    try:
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fleet.stop()
+
+
+if __name__ == "__main__":
+    main()
