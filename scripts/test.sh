@@ -22,8 +22,8 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 
 echo "+ ruff"
-.venv/bin/ruff check drover tests
-.venv/bin/ruff format --check drover tests
+.venv/bin/ruff check drover tests bench
+.venv/bin/ruff format --check drover tests bench
 echo "+ mypy"
 .venv/bin/mypy drover tests
 echo "+ pytest"

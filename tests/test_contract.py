@@ -13,6 +13,7 @@ from tests.conftest import ROOT, Tmux, drover_process
 DOCUMENT_KEYS = ["drover", "op", "ok", "data", "errors"]
 
 OPS = {
+    "fleet.check": ["hosts", "tags"],
     "guard.check": ["engine", "screen"],
     "messages.get": ["id"],
     "messages.list": ["target", "host", "actor", "outcome", "since", "pending", "limit", "text"],
