@@ -13,14 +13,19 @@ Answer:   {"helper": 1, "ok": true, "data": ...}
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
+import socket as socketlib
 import subprocess
 import sys
+import threading
 import time
 import unicodedata
 import uuid
+from collections import deque
+from datetime import datetime
 from typing import Any
 
 PROTOCOL = 1
@@ -506,12 +511,34 @@ def _session_from_pane(pane: dict, table: dict, profiles: dict) -> dict:
 
 
 def discover(profiles: dict, warnings: list) -> list:
+    """Every session on this host: live Claude Code sessions (with their pane, if any), then the other panes."""
     panes = list_panes(warnings)
     table = proc_table() if panes else {}
-    return [_session_from_pane(p, table, profiles) for p in panes]
+    pane_sessions = [_session_from_pane(p, table, profiles) for p in panes]
+    records, _stale = claude_records(warnings)
+    by_pid = {s["engine_pid"]: s for s in pane_sessions if s["engine"] == "claude"}
+    sessions, used = [], set()
+    for rec in records:
+        pane = by_pid.get(rec["pid"])
+        if pane is not None:
+            used.add(id(pane))
+        sessions.append(session_from_record(rec, pane))
+    return sessions + [s for s in pane_sessions if id(s) not in used]
 
 
 def with_state(session: dict, profiles: dict) -> dict:
+    """The session's state with its evidence. Claude's own record is authoritative; the screen is evidence."""
+    pane = session.get("_pane")
+    if session["engine"] == "claude" and "_record" in session:
+        if pane is not None and not pane["dead"]:
+            try:
+                screen = capture(pane["socket"], pane["id"])
+            except HelperError:
+                screen = ""
+            session["_screen"] = screen
+            session["last_line"] = last_line(screen)
+            session["screen_state"] = classify(screen, profiles["claude"])["state"] if screen else "unknown"
+        return session
     if session["dead"]:
         session.update(state="gone", reason="the pane's program has exited (pane is dead)")
         return session
@@ -561,6 +588,545 @@ def resolve(target: str, sessions: list) -> dict:
 
 def public(session: dict) -> dict:
     return {k: v for k, v in session.items() if not k.startswith("_") and k not in ("aliases", "socket")}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Claude Code sessions: the registry in ~/.claude/sessions and each session's inbox socket.
+# The facts are in shared/design/claude-code-inbox.md; Anthropic calls these formats internal, so anything
+# drover does not understand is skipped with a warning, never guessed at.
+# ---------------------------------------------------------------------------------------------------------------
+
+INBOX_MAX_LINE = 1048576
+# One reply socket per process (<pid>.sock, as the receiver requires): concurrent sends in one process share it.
+_REPLY_LOCK = threading.Lock()
+
+
+def claude_dir() -> str:
+    return os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+
+
+def proc_start(pid: int) -> str | None:
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks): with the pid, it names one process."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def pid_domain() -> str | None:
+    try:
+        with open("/etc/machine-id") as f:
+            machine = f.read().strip()
+        return "linux:%s:%s" % (machine, os.readlink("/proc/self/ns/pid"))
+    except OSError:
+        return None
+
+
+def _stale_reason(rec: dict, domain: str | None) -> str | None:
+    pid = rec["pid"]
+    if rec.get("pidDomain") and domain and rec["pidDomain"] != domain:
+        return "recorded in another pid namespace or machine (%s): its pid cannot be checked here" % rec["pidDomain"]
+    started = proc_start(pid)
+    if started is None:
+        return "pid %d is gone" % pid
+    if rec.get("procStart") is not None and str(rec["procStart"]) != started:
+        return "pid %d now belongs to another process (procStart differs)" % pid
+    return None
+
+
+def claude_records(warnings: list) -> tuple:
+    """(live records, stale records) from the registry; unreadable records are skipped with a warning."""
+    folder = os.path.join(claude_dir(), "sessions")
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return [], []
+    live, stale = [], []
+    domain = pid_domain()
+    for name in names:
+        if not re.match(r"^\d+\.json$", name):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                rec = json.load(f)
+        except (OSError, ValueError) as exc:
+            warnings.append("skipped Claude session record %s: %s" % (path, exc))
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("pid"), int) or not isinstance(rec.get("sessionId"), str):
+            warnings.append("skipped Claude session record %s: no pid or sessionId" % path)
+            continue
+        reason = _stale_reason(rec, domain)
+        if reason:
+            stale.append({"pid": rec["pid"], "id": rec["sessionId"], "name": rec.get("name"), "reason": reason, "record": path})
+        else:
+            rec["_path"] = path
+            live.append(rec)
+    return live, stale
+
+
+def _claude_state(rec: dict) -> tuple:
+    status = rec.get("status")
+    if status == "idle":
+        return "idle", "Claude reports idle"
+    if status == "busy":
+        return "busy", "a turn is running"
+    if status == "waiting":
+        return "waiting", "waiting for %s" % (rec.get("waitingFor") or "something")
+    return "unknown", "Claude reports status %r" % status
+
+
+def session_from_record(rec: dict, pane: dict | None) -> dict:
+    former = [n for n in rec.get("formerNames") or [] if isinstance(n, str)]
+    state, reason = _claude_state(rec)
+    lanes = (["inbox"] if rec.get("messagingSocketPath") else []) + (["tmux"] if pane else [])
+    updated = rec.get("statusUpdatedAt") or rec.get("updatedAt") or rec.get("startedAt")
+    session = {
+        "id": rec["sessionId"],
+        "server": pane["server"] if pane else None,
+        "target": pane["target"] if pane else None,
+        "pane": pane["id"] if pane else None,
+        "name": rec.get("name") or rec["sessionId"][:8],
+        "former_names": former,
+        "engine": "claude",
+        "pid": rec["pid"],
+        "engine_pid": rec["pid"],
+        "command": "claude",
+        "cwd": rec.get("cwd") or "",
+        "title": pane["title"] if pane else "",
+        "since": int(updated / 1000) if isinstance(updated, (int, float)) else None,
+        "dead": False,
+        "in_mode": pane["in_mode"] if pane else False,
+        "input_off": pane["input_off"] if pane else False,
+        "lanes": lanes,
+        "state": state,
+        "reason": reason,
+        "waiting_for": rec.get("waitingFor"),
+        "kind": rec.get("kind"),
+        "version": rec.get("version"),
+        "aliases": [rec["sessionId"], str(rec["pid"])] + former + (pane["aliases"] if pane else []),
+        "_record": rec,
+        "_pane": pane,
+    }
+    return session
+
+
+def _uds_address(path: str) -> str:
+    return "uds:" + "".join(ch if re.match(r"[A-Za-z0-9:_/.\-]", ch) else "%%%02X" % ord(ch) for ch in path)
+
+
+def _peer_token(rec: dict) -> str | None:
+    sock = rec.get("messagingSocketPath") or ""
+    import hashlib
+
+    key = os.path.join(os.path.dirname(rec["_path"]), "%d.%s.key" % (rec["pid"], hashlib.sha256(sock.encode()).hexdigest()))
+    try:
+        with open(key, encoding="utf-8") as f:
+            token = json.load(f).get("peerToken")
+    except (OSError, ValueError):
+        return None
+    return token if isinstance(token, str) else None
+
+
+class ReplySocket:
+    """The socket receipts and idle notices come back to: <pid>.sock beside the target's, listened on by us."""
+
+    def __init__(self, target_socket: str) -> None:
+        self.path = os.path.join(os.path.dirname(target_socket), "%d.sock" % os.getpid())
+        self.sock: socketlib.socket | None = None
+
+    def __enter__(self) -> "ReplySocket":
+        _REPLY_LOCK.acquire()
+        try:
+            if os.path.exists(self.path):
+                os.unlink(self.path)  # ours from an earlier crash: the pid is ours now
+            sock = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+            sock.bind(self.path)
+            os.chmod(self.path, 0o600)
+            sock.listen(16)
+            self.sock = sock
+        except BaseException:
+            _REPLY_LOCK.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.sock is not None:
+                self.sock.close()
+            if os.path.exists(self.path):
+                os.unlink(self.path)
+        finally:
+            _REPLY_LOCK.release()
+
+    @property
+    def address(self) -> str:
+        return _uds_address(self.path)
+
+    def wait_for(self, match: "object", timeout: float) -> dict | None:
+        """The first JSON line for which match(line) is true, within timeout; None if none came."""
+        assert self.sock is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self.sock.settimeout(left)
+            try:
+                conn, _ = self.sock.accept()
+            except socketlib.timeout:
+                return None
+            with conn:
+                conn.settimeout(2.0)
+                data = b""
+                try:
+                    while b"\n" not in data and len(data) < 1 << 20:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                except socketlib.timeout:
+                    pass
+            for line in data.splitlines():
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(msg, dict) and match(msg):  # type: ignore[operator]
+                    return msg
+
+
+def inbox_send(rec: dict, lines: list) -> dict | None:
+    """Write lines to the session's inbox. None when sent; else a failed outcome (stale or missing socket)."""
+    path = str(rec.get("messagingSocketPath"))
+    conn = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    conn.settimeout(5.0)
+    try:
+        conn.connect(path)
+        conn.sendall(("".join(line + "\n" for line in lines)).encode("utf-8"))
+        conn.shutdown(socketlib.SHUT_WR)
+        # The receiver never writes back: wait for it to close, so we know it read everything.
+        while conn.recv(4096):
+            pass
+    except ConnectionRefusedError:
+        return {
+            "outcome": "failed",
+            "code": "socket_stale",
+            "detail": "the inbox socket %s refuses connections: the session is gone" % path,
+        }
+    except FileNotFoundError:
+        return {"outcome": "failed", "code": "socket_missing", "detail": "the inbox socket %s does not exist" % path}
+    except socketlib.timeout:
+        return {
+            "outcome": "failed",
+            "code": "inbox_timeout",
+            "detail": "the inbox at %s did not read the message within 5s" % path,
+        }
+    except OSError as exc:
+        return {"outcome": "failed", "code": "inbox_error", "detail": "cannot write to the inbox at %s: %s" % (path, exc)}
+    finally:
+        conn.close()
+    return None
+
+
+RECEIPTS = {
+    "held": ("held", "held by the receiver for its human (a 'Held message' dialog is on its screen)"),
+    "denied": ("refused", "the receiver's human denied it"),
+    "delivered": ("delivered", "released by the receiver's human and delivered"),
+    "dropped": ("dropped", "the receiver dropped it"),
+}
+
+
+def _receipt_outcome(receipt: dict) -> tuple:
+    status = receipt.get("status")
+    reason = receipt.get("reason") or ""
+    if status == "expired" and receipt.get("status_detail") == "refused":
+        return "refused", "the receiver refuses messages from other sessions (crossSessionInbound = refuse)", "refused"
+    if status == "expired":
+        return "refused", "held, then expired before its human answered", "expired"
+    if status == "dropped":
+        why = receipt.get("drop_reason") or "unknown"
+        return "dropped", "the receiver dropped it: %s" % why, why
+    outcome, detail = RECEIPTS.get(str(status), ("delivered", "receipt %r" % status))
+    return outcome, detail + (": %s" % reason if reason else ""), status
+
+
+def permission_class(session_id: str) -> tuple:
+    """('bypass' | 'prompting', the mode seen) from the transcript's latest permission mode."""
+    mode = None
+    for path in glob.glob(os.path.join(claude_dir(), "projects", "*", "%s.jsonl" % glob.escape(session_id))):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if "ermission" not in line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                found = rec.get("permissionMode") if isinstance(rec, dict) else None
+                if isinstance(found, str):
+                    mode = found
+    return ("bypass" if mode == "bypassPermissions" else "prompting"), mode
+
+
+def deliver_inbox(session: dict, text: str, args: dict) -> dict:
+    rec = session["_record"]
+    mode, seen_mode = "prompting", None
+    if args.get("as_owner"):
+        mode, seen_mode = permission_class(rec["sessionId"])
+    with ReplySocket(rec["messagingSocketPath"]) as reply:
+        content = envelope(text, args.get("actor") or "unknown", mode, from_addr=reply.address)
+        msg_id = str(uuid.uuid4())
+        line = json.dumps(
+            {
+                "msgV": 1,
+                "msg_id": msg_id,
+                "type": "user",
+                "message": {"role": "user", "content": content},
+                "priority": "next",
+                "from": reply.address,
+                "session_id": rec["sessionId"],
+            },
+            ensure_ascii=False,
+        )
+        base: dict = {"lane": "inbox", "session": public(session), "receiver_msg_id": msg_id, "declared_mode": mode}
+        if seen_mode is not None or args.get("as_owner"):
+            base["target_permission_mode"] = seen_mode
+        if len(line) > INBOX_MAX_LINE:
+            detail = "the message line is %d characters; Claude's inbox drops lines over %d" % (len(line), INBOX_MAX_LINE)
+            return dict(base, outcome="refused", code="too_large", detail=detail)
+        token = _peer_token(rec)
+        lines = ([json.dumps({"type": "auth", "token": token})] if token else []) + [line]
+        failed = inbox_send(rec, lines)
+        if failed is not None:
+            return dict(base, **failed)
+        wait = float(args.get("receipt_wait_s", 1.5))
+        receipt = reply.wait_for(lambda m: m.get("action") == "peer_message_status" and m.get("orig_msg_id") == msg_id, wait)
+    state = session["state"]
+    if receipt is None:
+        if state == "idle":
+            return dict(base, outcome="delivered", detail="the inbox accepted it and the session was idle", state=state)
+        return dict(
+            base,
+            outcome="queuedBehindTurn",
+            detail="the inbox accepted it; it arrives when the turn allows (%s)" % session["reason"],
+            state=state,
+        )
+    outcome, detail, code = _receipt_outcome(receipt)
+    return dict(base, outcome=outcome, detail=detail, code=code, receipt=receipt, state=state)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Waiting: an idle notice from Claude where it can send one; otherwise watching the host, not polling over SSH
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _record_now(rec: dict) -> dict | None:
+    try:
+        with open(rec["_path"], encoding="utf-8") as f:
+            now = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return now if isinstance(now, dict) and now.get("sessionId") == rec["sessionId"] else None
+
+
+def _alive(rec: dict) -> bool:
+    return _stale_reason(rec, pid_domain()) is None
+
+
+def wait_claude(session: dict, until: str, timeout: float) -> dict:
+    rec = session["_record"]
+    started = time.monotonic()
+    if until == "exited":
+        while time.monotonic() - started < timeout:
+            if not _alive(rec):
+                return {"reached": True, "state": "exited", "how": "watched the process on the host"}
+            time.sleep(0.2)
+        return {"reached": False, "state": session["state"], "how": "watched the process on the host"}
+    if rec.get("status") == "idle":
+        return {"reached": True, "state": "idle", "how": "already idle"}
+    with ReplySocket(rec["messagingSocketPath"]) as reply:
+        msg_id = str(uuid.uuid4())
+        line = json.dumps(
+            {"type": "control", "action": "notify_when_idle", "from": reply.address, "msg_id": msg_id, "from_mode": "prompting"}
+        )
+        token = _peer_token(rec)
+        failed = inbox_send(rec, ([json.dumps({"type": "auth", "token": token})] if token else []) + [line])
+        if failed is not None:
+            raise HelperError(failed["code"], failed["detail"])
+        # It may have gone idle between our look and the subscription: look once more.
+        now = _record_now(rec)
+        if now is not None and now.get("status") == "idle":
+            return {"reached": True, "state": "idle", "how": "went idle while subscribing"}
+        notice = reply.wait_for(
+            lambda m: m.get("action") == "peer_idle_notice" and m.get("orig_msg_id") == msg_id,
+            timeout - (time.monotonic() - started),
+        )
+    if notice is None:
+        return {"reached": False, "state": session["state"], "how": "notify_when_idle (no notice before the timeout)"}
+    state = notice.get("state") or "idle"
+    return {
+        "reached": state == until or state == "exited",
+        "state": state,
+        "finished_at": notice.get("finished_at"),
+        "how": "notify_when_idle",
+    }
+
+
+def wait_pane(session: dict, until: str, timeout: float, profiles: dict) -> dict:
+    started = time.monotonic()
+    state = "unknown"
+    while True:
+        try:
+            flags = pane_flags(session["socket"], session["id"])
+        except HelperError:
+            return {"reached": until == "exited", "state": "exited", "how": "watched the pane on the host"}
+        if flags["pane_dead"] == "1":
+            return {"reached": until == "exited", "state": "exited", "how": "watched the pane on the host"}
+        if until == "idle":
+            state = classify(capture(session["socket"], session["id"]), profiles[session["engine"]])["state"]
+            if state == "idle":
+                return {"reached": True, "state": "idle", "how": "watched the pane on the host"}
+        if time.monotonic() - started > timeout:
+            return {"reached": False, "state": state, "how": "watched the pane on the host"}
+        time.sleep(0.25)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Transcripts: filtered on the host, so only what matters crosses the network
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _ts(value: object) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        text = value.replace("Z", "+00:00")
+        if "." in text:  # Python 3.8 takes 3 or 6 fraction digits only
+            head, rest = text.split(".", 1)
+            digits = re.match(r"\d+", rest)
+            frac = digits.group(0) if digits else ""
+            text = head + "." + (frac + "000000")[:6] + rest[len(frac) :]
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def _blocks_text(content: object, limit: int) -> str:
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind in ("text", "input_text", "output_text"):
+            parts.append(str(block.get("text", "")))
+        elif kind == "tool_use":
+            args = block.get("input") or {}
+            brief = args.get("command") or args.get("file_path") or args.get("pattern") or json.dumps(args)[:120]
+            parts.append("[tool %s: %s]" % (block.get("name"), str(brief)[:200]))
+        elif kind == "tool_result":
+            body = block.get("content")
+            text = body if isinstance(body, str) else _blocks_text(body, limit)
+            parts.append("[tool result: %s]" % text.strip()[:200])
+    return "\n".join(p for p in parts if p)[:limit]
+
+
+def _claude_event(rec: dict, limit: int) -> dict | None:
+    kind = rec.get("type")
+    if kind not in ("user", "assistant") or not isinstance(rec.get("message"), dict):
+        return None
+    origin: dict = rec["origin"] if isinstance(rec.get("origin"), dict) else {}
+    role = rec["message"].get("role", kind)
+    if origin.get("kind") == "peer":
+        role = "peer"
+    text = origin.get("body") if role == "peer" else _blocks_text(rec["message"].get("content"), limit)
+    content = rec["message"].get("content")
+    if (
+        role == "user"
+        and isinstance(content, list)
+        and all(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    ):
+        role = "tool"
+    event = {"time": rec.get("timestamp"), "role": role, "text": text or ""}
+    if role == "peer":
+        event["from"] = origin.get("name")
+    return event
+
+
+def _codex_event(rec: dict, limit: int) -> dict | None:
+    payload: dict = rec["payload"] if isinstance(rec.get("payload"), dict) else rec
+    kind = payload.get("type")
+    if kind == "message":
+        return {
+            "time": rec.get("timestamp"),
+            "role": payload.get("role", "?"),
+            "text": _blocks_text(payload.get("content"), limit),
+        }
+    if kind in ("function_call", "local_shell_call", "custom_tool_call"):
+        brief = payload.get("arguments") or payload.get("action") or payload.get("input") or ""
+        return {
+            "time": rec.get("timestamp"),
+            "role": "tool",
+            "text": "[tool %s: %s]" % (payload.get("name", kind), str(brief)[:200]),
+        }
+    return None
+
+
+def transcript_for(session: dict | None, target: str) -> tuple:
+    """(path, engine) of the session's transcript: Claude's by sessionId, else a Codex rollout by id."""
+    if session is not None and session["engine"] == "claude" and "_record" in session:
+        sid = session["_record"]["sessionId"]
+        hits = glob.glob(os.path.join(claude_dir(), "projects", "*", "%s.jsonl" % glob.escape(sid)))
+        if hits:
+            return max(hits, key=os.path.getmtime), "claude"
+        raise HelperError("no_transcript", "Claude session %s has no transcript yet" % sid)
+    codex_home = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
+    if re.match(r"^[A-Za-z0-9-]{6,}$", target):
+        hits = glob.glob(os.path.join(codex_home, "sessions", "**", "rollout-*%s*.jsonl" % glob.escape(target)), recursive=True)
+        if len(hits) == 1:
+            return hits[0], "codex"
+        if len(hits) > 1:
+            raise HelperError("ambiguous_session", "%r matches %d Codex rollouts" % (target, len(hits)))
+    what = "%s (%s)" % (session["id"], session["engine"]) if session else repr(target)
+    raise HelperError("no_transcript", "no transcript for %s: drover reads Claude transcripts and Codex rollouts" % what)
+
+
+def read_transcript(path: str, engine: str, args: dict) -> dict:
+    last = max(1, int(args.get("last", 20)))
+    roles = set(args.get("roles") or [])
+    grep = re.compile(args["grep"], re.I) if args.get("grep") else None
+    since = args.get("since")
+    raw = bool(args.get("raw"))
+    limit = int(args.get("max_chars", 4000))
+    kept: deque = deque(maxlen=last)
+    total = 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(rec, dict):
+                continue
+            event = (_claude_event if engine == "claude" else _codex_event)(rec, limit)
+            if event is None:
+                continue
+            if roles and event["role"] not in roles:
+                continue
+            if since is not None:
+                ts = _ts(event["time"])
+                if ts is None or ts < float(since):
+                    continue
+            if grep and not grep.search(event["text"]):
+                continue
+            total += 1
+            kept.append(rec if raw else event)
+    return {"path": path, "engine": engine, "matched": total, "events": list(kept)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -694,6 +1260,7 @@ def op_hello(args: dict, profiles: dict) -> dict:
     engines: dict = {}
     for s in sessions:
         engines[s["engine"]] = engines.get(s["engine"], 0) + 1
+    _live, stale = claude_records(warnings)
     return {
         "protocol": PROTOCOL,
         "python": "%d.%d.%d" % sys.version_info[:3],
@@ -701,6 +1268,7 @@ def op_hello(args: dict, profiles: dict) -> dict:
         "user": os.environ.get("USER") or str(os.getuid()),
         "tmux": tmux_version(),
         "engines": engines,
+        "stale_claude_sessions": stale,
         "warnings": warnings,
     }
 
@@ -730,9 +1298,61 @@ def op_deliver(args: dict, profiles: dict) -> dict:
     warnings: list = []
     session = resolve(args.get("target", ""), discover(profiles, warnings))
     lane = args.get("lane") or "auto"
+    pane = session.get("_pane") if "_record" in session else session
+    if lane == "inbox" or (lane == "auto" and "inbox" in session["lanes"]):
+        if "inbox" not in session["lanes"]:
+            raise HelperError("bad_lane", "%s has no inbox (only Claude Code sessions do); use --via tmux" % _brief(session))
+        outcome = deliver_inbox(session, text, args)
+        if lane == "auto" and outcome.get("code") == "socket_missing" and pane is not None:
+            fallback = deliver_tmux(pane, text, args, profiles)
+            fallback["detail"] = "no inbox socket, so by guarded paste: " + fallback["detail"]
+            return fallback
+        return outcome
     if lane not in ("auto", "tmux"):
-        raise HelperError("bad_lane", "lane %r is not available for %s here" % (lane, session["id"]))
-    return deliver_tmux(session, text, args, profiles)
+        raise HelperError("bad_lane", "unknown lane %r: auto, inbox or tmux" % lane)
+    if pane is None:
+        raise HelperError("bad_lane", "%s has no tmux pane to paste into" % _brief(session))
+    if args.get("as_owner") and pane["engine"] == "claude" and "_record" in session:
+        args = dict(args, mode=permission_class(session["_record"]["sessionId"])[0])
+    return deliver_tmux(pane, text, args, profiles)
+
+
+def op_wait(args: dict, profiles: dict) -> dict:
+    until = args.get("until", "idle")
+    if until not in ("idle", "exited"):
+        raise HelperError("bad_request", "until must be idle or exited, not %r" % until)
+    timeout = float(args.get("timeout_s", 600))
+    warnings: list = []
+    session = resolve(args.get("target", ""), discover(profiles, warnings))
+    started = time.monotonic()
+    if "_record" in session and "inbox" in session["lanes"]:
+        result = wait_claude(session, until, timeout)
+    elif "_record" in session:
+        result = (
+            wait_claude(dict(session, _record=dict(session["_record"], status="")), "exited", timeout)
+            if until == "exited"
+            else wait_pane(session["_pane"], until, timeout, profiles)
+        )
+    else:
+        result = wait_pane(session, until, timeout, profiles)
+    result["waited_s"] = round(time.monotonic() - started, 3)
+    result["session"] = public(session)
+    return result
+
+
+def op_read(args: dict, profiles: dict) -> dict:
+    target = args.get("target", "")
+    warnings: list = []
+    try:
+        session = resolve(target, discover(profiles, warnings))
+    except HelperError as exc:
+        if exc.code != "session_not_found":
+            raise
+        session = None  # a Codex rollout id, or an ended Claude session, may still have a transcript
+    path, engine = transcript_for(session, target)
+    out = read_transcript(path, engine, args)
+    out["session"] = public(session) if session else None
+    return out
 
 
 def op_classify(args: dict, profiles: dict) -> dict:
@@ -742,7 +1362,15 @@ def op_classify(args: dict, profiles: dict) -> dict:
     return classify(args.get("screen", ""), profiles[engine])
 
 
-OPS = {"hello": op_hello, "list": op_list, "status": op_status, "deliver": op_deliver, "classify": op_classify}
+OPS = {
+    "hello": op_hello,
+    "list": op_list,
+    "status": op_status,
+    "deliver": op_deliver,
+    "wait": op_wait,
+    "read": op_read,
+    "classify": op_classify,
+}
 
 
 def handle(request: dict) -> dict:
