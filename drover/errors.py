@@ -22,6 +22,7 @@ class ExitCode(IntEnum):
     TARGET = 6  # unknown host, unknown or ambiguous session
     CONFIG = 7  # the fleet file is invalid or cannot be read/written
     PARTIAL = 8  # a fan-out where some hosts answered and some failed
+    TIMEOUT = 9  # drover wait: the session did not reach the state in time
     INTERRUPTED = 130  # Ctrl-C
 
 

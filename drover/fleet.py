@@ -78,6 +78,7 @@ class Defaults(_Strict):
     request_timeout: float = Field(30.0, gt=0)
     concurrency: int = Field(64, ge=1)
     settle_s: float = Field(3.0, ge=0)
+    receipt_wait_s: float = Field(1.5, ge=0)
 
 
 class Fleet(_Strict):

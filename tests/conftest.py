@@ -203,3 +203,26 @@ def remote_agent(fleet: Any, host: str, session: str, tmp: Path) -> Pane:
     pane = Pane("default", proc.stdout.strip(), log)
     wait_for(lambda: "idle · paste" in fleet.tmux(host, "capture-pane", "-p", "-t", pane.id).stdout, what=f"agent on {host}")
     return pane
+
+
+@pytest.fixture(scope="session")
+def claude_binary() -> Path:
+    from tests.claudelab import ensure_binary
+
+    path, why = ensure_binary()
+    if path is None:
+        pytest.skip(f"the real Claude Code binary cannot run here: {why}")
+    return path
+
+
+@pytest.fixture
+def claude_lab(claude_binary: Path, tmux: Tmux, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    from tests.claudelab import ClaudeLab
+
+    root = Path(tempfile.mkdtemp(prefix="drc-"))
+    lab = ClaudeLab(root, claude_binary)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(lab.config))
+    yield lab
+    for session in lab.sessions:
+        subprocess.run(["tmux", "kill-session", "-t", session.name], capture_output=True, timeout=10)
+    shutil.rmtree(root, ignore_errors=True)

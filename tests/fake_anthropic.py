@@ -23,7 +23,7 @@ class Handler(BaseHTTPRequestHandler):
     log_path = ""
     control_path = ""
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
     def _control(self) -> dict[str, Any]:
@@ -119,7 +119,10 @@ class Handler(BaseHTTPRequestHandler):
         event("message_start", {"type": "message_start", "message": start})
         for i, block in enumerate(message["content"]):
             if block["type"] == "text":
-                event("content_block_start", {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}})
+                event(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
+                )
                 delta = {"type": "text_delta", "text": block["text"]}
             else:
                 head = dict(block, input={})
@@ -129,7 +132,11 @@ class Handler(BaseHTTPRequestHandler):
             event("content_block_stop", {"type": "content_block_stop", "index": i})
         event(
             "message_delta",
-            {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None}, "usage": {"output_tokens": 5}},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": 5},
+            },
         )
         event("message_stop", {"type": "message_stop"})
 

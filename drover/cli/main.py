@@ -17,7 +17,8 @@ from drover.errors import DroverError, ExitCode
 
 EXIT_CODES = """Exit codes: 0 delivered or queued (or the op succeeded) · 1 internal error · 2 usage (bad arguments, malformed
 JSON, unknown op, empty text) · 3 held for a human · 4 refused or dropped · 5 failed to reach the session ·
-6 unknown host or unknown/ambiguous session · 7 invalid fleet file · 8 some hosts failed · 130 interrupted."""
+6 unknown host or unknown/ambiguous session · 7 invalid fleet file · 8 some hosts failed · 9 timed out waiting ·
+130 interrupted."""
 
 HELP = f"""Deliver text to AI coding-agent sessions (Claude Code, Codex, any program in tmux) on any host of your
 fleet, safely, and keep a record of every message.
@@ -166,21 +167,57 @@ def status(
 def send(
     target: Annotated[str, typer.Argument(help="HOST:ID, e.g. local:%3 or box-a:webapp")],
     text: Annotated[str, typer.Argument(help="the message, or - to read it from stdin")],
-    via: Annotated[str, typer.Option("--via", help="lane: auto or tmux")] = "auto",
+    via: Annotated[str, typer.Option("--via", help="lane: auto (inbox for Claude, else tmux), inbox, or tmux")] = "auto",
     expect_engine: Annotated[str | None, typer.Option("--expect-engine", help="refuse unless the pane runs this engine")] = None,
+    as_owner: Annotated[
+        bool, typer.Option("--as-owner", help="these are the owner's own words: declare the target's permission class")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Deliver a message to one session. Refuses panes showing a dialog; records every message.
 
+    Claude Code sessions get it in their own inbox (no tmux involved); anything else in tmux by guarded paste.
     Agent engines get the text inside a <cross-session-message from-name="drover (ACTOR)" from-mode="prompting">
     envelope; plain shells get the raw text. Control characters arrive as visible symbols (ESC as ␛), never as keys.
+    --as-owner (only where the fleet sets owner_relay = true) declares the class the target runs in, so the owner's
+    own words reach a session that bypasses permission prompts instead of being held.
     """
     host, sid = split_target(target)
-    payload: dict[str, Any] = {"host": host, "id": sid, "text": read_text(text), "via": via}
+    payload: dict[str, Any] = {"host": host, "id": sid, "text": read_text(text), "via": via, "as_owner": as_owner}
     if expect_engine:
         payload["expect_engine"] = expect_engine
     doc = run("sessions.message", payload)
     finish(doc, as_json, render.outcome)
+
+
+@app.command("wait")
+def wait(
+    target: Annotated[str, typer.Argument(help="HOST:ID")],
+    until: Annotated[str, typer.Option("--until", help="idle or exited")] = "idle",
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds before giving up (exit 9)")] = 600.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Block until a session is idle (or has exited). Claude sessions notify; other engines are watched on their host."""
+    host, sid = split_target(target)
+    doc = run("sessions.wait", {"host": host, "id": sid, "until": until, "timeout_s": timeout})
+    finish(doc, as_json, render.waited)
+
+
+@app.command("read")
+def read(
+    target: Annotated[str, typer.Argument(help="HOST:ID (a Claude session, or a Codex rollout id)")],
+    last: Annotated[int, typer.Option("--last", "-n", help="the last N matching events")] = 20,
+    role: Annotated[list[str] | None, typer.Option("--role", help="user, assistant, peer or tool (repeatable)")] = None,
+    grep: Annotated[str | None, typer.Option("--grep", help="only events matching this regex")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="10m, 2h, or an ISO time")] = None,
+    raw: Annotated[bool, typer.Option("--raw", help="the raw transcript records (with --json)")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Read a transcript, filtered on the host: text only, tool calls summarised, never the whole file unless asked."""
+    host, sid = split_target(target)
+    payload = {"host": host, "id": sid, "last": last, "roles": role or None, "grep": grep, "since": since, "raw": raw}
+    doc = run("sessions.read", payload)
+    finish(doc, as_json, render.transcript)
 
 
 @app.command("op", context_settings={"ignore_unknown_options": False})

@@ -124,6 +124,8 @@ def outcome(data: dict[str, Any], expected: bool = False) -> None:
     line = Text.assemble(prefix, (name, f"bold {style}"), f" → {where}{via}: {data.get('detail', '')}  ", (data["id"], "dim"))
     console = out if expected or ok else err
     console.print(line)
+    if data.get("declared_mode") == "bypass":
+        out.print(Text("  declared the bypass class: relayed as the owner's own words", style="dim"))
     for c in data.get("candidates") or []:
         err.print(Text(f"  candidate: {c.get('server', '')}/{c['id']}  {c.get('name', '')}"))
 
@@ -201,6 +203,36 @@ def fleet_check(data: dict[str, Any]) -> None:
             Text(error_line(problem) if problem else "", style="red"),
         )
     out.print(table)
+    for row in data.get("hosts", []):
+        for stale in row.get("stale_claude_sessions") or []:
+            err.print(
+                Text(f"warning: {row['host']}: stale Claude session record {stale['record']}: {stale['reason']}"), style="yellow"
+            )
     bad = [r["host"] for r in data.get("hosts", []) if not r.get("ok")]
     if bad:
         err.print(Text(f"drover: {len(bad)} host(s) failed the check: {', '.join(bad)}"), style="red")
+
+
+def waited(data: dict[str, Any]) -> None:
+    session = data.get("session") or {}
+    where = f"{data['host']}:{session.get('name') or session.get('id')}"
+    if data.get("reached"):
+        out.print(Text(f"{where} is {data['state']} (after {data['waited_s']:.1f}s; {data['how']})"))
+    else:
+        err.print(Text(f"drover: {where} is still {data['state']} after {data['waited_s']:.1f}s ({data['how']})"), style="red")
+
+
+ROLE_STYLE = {"user": "bold", "assistant": "cyan", "peer": "magenta", "tool": "dim"}
+
+
+def transcript(data: dict[str, Any]) -> None:
+    events = data.get("events", [])
+    for e in events:
+        if "role" not in e:  # --raw without --json
+            out.print(Text(json.dumps(e, ensure_ascii=False)), soft_wrap=True)
+            continue
+        who = e["role"] + (f" ({e['from']})" if e.get("from") else "")
+        stamp = (e.get("time") or "")[:19].replace("T", " ")
+        out.print(Text.assemble((f"{stamp} ", "dim"), (f"{who}: ", ROLE_STYLE.get(e["role"], "")), e.get("text", "")))
+    shown = len(events)
+    out.print(Text(f"{shown} of {data.get('matched', shown)} matching events · {data.get('path')}", style="dim"))

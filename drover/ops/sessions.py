@@ -33,8 +33,28 @@ class MessageRequest(Request):
     id: str = Field(..., description="pane id (%3), session:window.pane, or a unique name or prefix")
     text: str = Field(..., description="the message; wrapped in the cross-session envelope for agent engines")
     actor: str | None = Field(None, description="who is sending (default: $DROVER_ACTOR, else user@host)")
-    via: Literal["auto", "tmux"] = Field("auto", description="the lane: auto picks the best one the session has")
+    via: Literal["auto", "inbox", "tmux"] = Field("auto", description="the lane: auto picks the best one the session has")
     expect_engine: str | None = Field(None, description="refuse unless the pane runs this engine")
+    as_owner: bool = Field(
+        False, description="relay the owner's own words: declare the target's permission class (needs owner_relay)"
+    )
+
+
+class WaitRequest(Request):
+    host: str = Field(LOCAL, description="the host the session is on")
+    id: str = Field(..., description="the session")
+    until: Literal["idle", "exited"] = Field("idle", description="the state to wait for")
+    timeout_s: float = Field(600.0, gt=0, le=86400, description="give up after this many seconds")
+
+
+class ReadRequest(Request):
+    host: str = Field(LOCAL, description="the host the session is on")
+    id: str = Field(..., description="the session (or a Codex rollout id)")
+    last: int = Field(20, ge=1, le=10000, description="the last N matching events")
+    roles: list[str] | None = Field(None, description="only these roles: user, assistant, peer, tool")
+    grep: str | None = Field(None, description="only events whose text matches this regex (case-insensitive)")
+    since: str | None = Field(None, description="a duration (30s, 10m, 2h) or an ISO time")
+    raw: bool = Field(False, description="the raw transcript records instead of text")
 
 
 async def fan_out_each(
@@ -131,9 +151,16 @@ async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
     fleet = ctx.fleet
     actor = ctx.who(req.actor)
     lim = fleet.limits
-    options = {"via": req.via, "expect_engine": req.expect_engine}
+    options = {"via": req.via, "expect_engine": req.expect_engine, "as_owner": req.as_owner}
+    owner_ok = req.as_owner and req.host in fleet.host_names() and fleet.host(req.host).owner_relay
 
     def check(recent: list[dict[str, Any]]) -> dict[str, Any] | None:
+        if req.as_owner and not owner_ok:
+            return {
+                "outcome": "refused",
+                "code": "owner_relay_off",
+                "detail": f"--as-owner is not allowed for {req.host}: set owner_relay = true under [hosts.{req.host}]",
+            }
         return limits.check(lim, req.host, req.id, req.text, time.time(), recent)
 
     # Write-ahead: the message has its id and its accepted event before anything touches a host.
@@ -160,6 +187,8 @@ async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
                 "lane": req.via,
                 "expect_engine": req.expect_engine,
                 "settle_s": fleet.defaults.settle_s,
+                "receipt_wait_s": fleet.defaults.receipt_wait_s,
+                "as_owner": req.as_owner,
             }
             outcome = _brief(await ctx.transport(req.host).call("deliver", args, timeout=ctx.timeout(req.host)))
         except DroverError as exc:
@@ -184,3 +213,44 @@ async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
     if exit_code != ExitCode.OK:
         errors.append({"code": outcome.get("code") or outcome["outcome"], "message": outcome.get("detail", ""), "host": req.host})
     return Result(data, errors, exit_code)
+
+
+@op(
+    "sessions.wait",
+    WaitRequest,
+    "block until a session is idle or has exited, without polling where it can notify",
+    "drover wait",
+)
+async def sessions_wait(ctx: Context, req: WaitRequest) -> Result:
+    args = {"target": req.id, "until": req.until, "timeout_s": req.timeout_s}
+    # The host does the waiting; the request only needs to outlive it.
+    data = await ctx.transport(req.host).call("wait", args, timeout=req.timeout_s + ctx.timeout(req.host))
+    data = {"host": req.host, "until": req.until, **data}
+    if data.get("reached"):
+        return Result(data)
+    error = {
+        "code": "wait_timeout",
+        "message": f"{req.id} was still {data.get('state')} after {req.timeout_s:g}s",
+        "host": req.host,
+    }
+    return Result(data, [error], ExitCode.TIMEOUT)
+
+
+@op("sessions.read", ReadRequest, "a transcript, filtered on the host: last N events, roles, grep, since", "drover read")
+async def sessions_read(ctx: Context, req: ReadRequest) -> Result:
+    from drover.ops.messages import since_ts
+
+    args: dict[str, Any] = {"target": req.id, "last": req.last, "roles": req.roles, "grep": req.grep, "raw": req.raw}
+    if req.grep:
+        import re
+
+        try:
+            re.compile(req.grep)
+        except re.error as exc:
+            from drover.errors import InvalidRequest
+
+            raise InvalidRequest(f"grep: {req.grep!r} is not a valid regular expression: {exc}") from None
+    if req.since:
+        args["since"] = since_ts(req.since)
+    data = await ctx.transport(req.host).call("read", args, timeout=ctx.timeout(req.host))
+    return Result({"host": req.host, **data})

@@ -854,8 +854,16 @@ def _receipt_outcome(receipt: dict) -> tuple:
     return outcome, detail + (": %s" % reason if reason else ""), status
 
 
-def permission_class(session_id: str) -> tuple:
-    """('bypass' | 'prompting', the mode seen) from the transcript's latest permission mode."""
+FOOTER_MODES = [
+    ("bypass permissions on", "bypassPermissions"),
+    ("accept edits on", "acceptEdits"),
+    ("auto mode on", "auto"),
+    ("plan mode on", "plan"),
+    ("manual mode on", "default"),
+]
+
+
+def _transcript_mode(session_id: str) -> str | None:
     mode = None
     for path in glob.glob(os.path.join(claude_dir(), "projects", "*", "%s.jsonl" % glob.escape(session_id))):
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -869,14 +877,59 @@ def permission_class(session_id: str) -> tuple:
                 found = rec.get("permissionMode") if isinstance(rec, dict) else None
                 if isinstance(found, str):
                     mode = found
-    return ("bypass" if mode == "bypassPermissions" else "prompting"), mode
+    return mode
+
+
+def _screen_mode(pane: dict | None) -> str | None:
+    if pane is None:
+        return None
+    try:
+        screen = capture(pane["socket"], pane["id"])
+    except HelperError:
+        return None
+    for line in reversed(_lines(screen)[-6:]):
+        for words, mode in FOOTER_MODES:
+            if words in line:
+                return mode
+    return None
+
+
+def _argv_mode(pid: int) -> str | None:
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0")]
+    except OSError:
+        return None
+    if "--dangerously-skip-permissions" in argv:
+        return "bypassPermissions"
+    if "--permission-mode" in argv and argv.index("--permission-mode") + 1 < len(argv):
+        return argv[argv.index("--permission-mode") + 1]
+    return None
+
+
+def permission_class(session: dict) -> tuple:
+    """('bypass' | 'prompting', the mode seen, where it was seen) for a Claude session.
+
+    The transcript's latest permission mode is authoritative (it follows shift+tab), but a session writes its
+    transcript only from its first turn; before that, the footer on its screen, then its command line.
+    """
+    rec = session["_record"]
+    for source, finder in (
+        ("transcript", lambda: _transcript_mode(rec["sessionId"])),
+        ("screen", lambda: _screen_mode(session.get("_pane"))),
+        ("command line", lambda: _argv_mode(rec["pid"])),
+    ):
+        mode = finder()
+        if mode:
+            return ("bypass" if mode == "bypassPermissions" else "prompting"), mode, source
+    return "prompting", None, None
 
 
 def deliver_inbox(session: dict, text: str, args: dict) -> dict:
     rec = session["_record"]
-    mode, seen_mode = "prompting", None
+    mode, seen_mode, seen_in = "prompting", None, None
     if args.get("as_owner"):
-        mode, seen_mode = permission_class(rec["sessionId"])
+        mode, seen_mode, seen_in = permission_class(session)
     with ReplySocket(rec["messagingSocketPath"]) as reply:
         content = envelope(text, args.get("actor") or "unknown", mode, from_addr=reply.address)
         msg_id = str(uuid.uuid4())
@@ -893,8 +946,9 @@ def deliver_inbox(session: dict, text: str, args: dict) -> dict:
             ensure_ascii=False,
         )
         base: dict = {"lane": "inbox", "session": public(session), "receiver_msg_id": msg_id, "declared_mode": mode}
-        if seen_mode is not None or args.get("as_owner"):
+        if args.get("as_owner"):
             base["target_permission_mode"] = seen_mode
+            base["permission_mode_source"] = seen_in
         if len(line) > INBOX_MAX_LINE:
             detail = "the message line is %d characters; Claude's inbox drops lines over %d" % (len(line), INBOX_MAX_LINE)
             return dict(base, outcome="refused", code="too_large", detail=detail)
@@ -1313,7 +1367,7 @@ def op_deliver(args: dict, profiles: dict) -> dict:
     if pane is None:
         raise HelperError("bad_lane", "%s has no tmux pane to paste into" % _brief(session))
     if args.get("as_owner") and pane["engine"] == "claude" and "_record" in session:
-        args = dict(args, mode=permission_class(session["_record"]["sessionId"])[0])
+        args = dict(args, mode=permission_class(session)[0])
     return deliver_tmux(pane, text, args, profiles)
 
 

@@ -1,0 +1,166 @@
+"""The real Claude Code binary, offline, in tmux panes: each session in its own network namespace with a fake
+Messages API beside it (claude-code-inbox.md §7).
+
+The binary comes from npm (@anthropic-ai/claude-code@2.1.328), installed once into ~/.cache/drover-test/ and
+reused. Every session of one lab shares a HOME (so they share ~/.claude/sessions, as a user's sessions do);
+drover's helper finds them through CLAUDE_CONFIG_DIR.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+VERSION = "2.1.328"
+PACKAGE = f"@anthropic-ai/claude-code@{VERSION}"
+HERE = Path(__file__).resolve().parent
+
+
+def cache_dir() -> Path:
+    home = pwd.getpwuid(os.getuid()).pw_dir  # not $HOME: tests move HOME around
+    return Path(os.environ.get("DROVER_TEST_CACHE") or os.path.join(home, ".cache", "drover-test")) / f"claude-code-{VERSION}"
+
+
+def binary_path() -> Path:
+    return cache_dir() / "node_modules" / "@anthropic-ai" / "claude-code-linux-x64" / "claude"
+
+
+def ensure_binary() -> tuple[Path | None, str]:
+    """(path to the binary, "") or (None, why it cannot run here)."""
+    path = binary_path()
+    if not path.exists():
+        if not shutil.which("npm"):
+            return None, "npm is not installed (the README's test command installs it)"
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(cache_dir()), PACKAGE],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
+        if proc.returncode != 0 or not path.exists():
+            return None, f"npm install {PACKAGE} failed: {proc.stderr.strip()[-500:]}"
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return None, f"unshare -n does not work here (needs root or user namespaces): {probe.stderr.strip()}"
+    return path, ""
+
+
+@dataclass
+class ClaudeSession:
+    lab: ClaudeLab
+    name: str
+    cwd: Path
+    pane: str
+    control: Path
+    requests: Path
+    pid: int = 0
+    session_id: str = ""
+
+    def set_control(self, **values: Any) -> None:
+        self.control.write_text(json.dumps(values))
+
+    def record(self) -> dict[str, Any] | None:
+        path = self.lab.config / "sessions" / f"{self.pid}.json"
+        try:
+            return dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            return None
+
+    def status(self) -> str | None:
+        rec = self.record()
+        return rec.get("status") if rec else None
+
+    def transcript(self) -> list[dict[str, Any]]:
+        out = []
+        for path in (self.lab.config / "projects").glob(f"*/{self.session_id}.jsonl"):
+            for line in path.read_text(errors="replace").splitlines():
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+        return out
+
+    def peer_messages(self) -> list[dict[str, Any]]:
+        return [r for r in self.transcript() if r.get("turnOrigin") == "peer" and isinstance(r.get("origin"), dict)]
+
+    def screen(self) -> str:
+        return self.lab.tmux("capture-pane", "-p", "-t", self.pane)
+
+
+class ClaudeLab:
+    def __init__(self, root: Path, binary: Path) -> None:
+        self.root = root
+        self.binary = binary
+        self.home = root / "home"
+        self.config = self.home / ".claude"
+        self.config.mkdir(parents=True)
+        self.sessions: list[ClaudeSession] = []
+        self._claude_json()
+
+    def tmux(self, *args: str) -> str:
+        proc = subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=10)
+        return proc.stdout
+
+    def settings(self, **values: Any) -> None:
+        (self.config / "settings.json").write_text(json.dumps(values))
+
+    def _claude_json(self) -> None:
+        data = {
+            "hasCompletedOnboarding": True,
+            "lastOnboardingVersion": VERSION,
+            "customApiKeyResponses": {"approved": ["sk-ant-dummy"], "rejected": []},
+            "bypassPermissionsModeAccepted": True,
+            # Written once, before any session starts: running sessions rewrite this file, so a later edit could be lost.
+            "projects": {str(self.root / f"w{i}"): {"hasTrustDialogAccepted": True} for i in range(10)},
+        }
+        (self.home / ".claude.json").write_text(json.dumps(data))
+
+    def start(self, name: str, *, trust: bool = True, flags: str = "", wait: bool = True, **control: Any) -> ClaudeSession:
+        n = len(self.sessions)
+        cwd = self.root / (f"w{n}" if trust else f"untrusted{n}")
+        cwd.mkdir()
+        session = ClaudeSession(self, name, cwd, "", self.root / f"{name}.control.json", self.root / f"{name}.requests.jsonl")
+        session.set_control(**control)
+        api = f"{sys.executable} {HERE / 'fake_anthropic.py'} --port 8765 --log {session.requests} --control {session.control}"
+        env = (
+            f"env -u CLAUDE_CONFIG_DIR -u TMUX_PANE HOME={self.home} ANTHROPIC_API_KEY=sk-ant-dummy "
+            "ANTHROPIC_BASE_URL=http://127.0.0.1:8765 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 "
+            "DISABLE_ERROR_REPORTING=1 IS_SANDBOX=1"
+        )
+        inner = f"ip link set lo up && ({api} &) && sleep 0.3 && exec {env} {self.binary} --name {name} {flags}"
+        command = f"unshare -n sh -c '{inner}'"
+        proc = subprocess.run(
+            ["tmux", "new-session", "-d", "-P", "-F", "#{pane_id}", "-s", name, "-x", "160", "-y", "45", "-c", str(cwd), command],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        assert proc.returncode == 0, proc.stderr
+        session.pane = proc.stdout.strip()
+        self.sessions.append(session)
+        if wait:
+            self.wait_registered(session)
+        return session
+
+    def wait_registered(self, session: ClaudeSession, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for path in (self.config / "sessions").glob("*.json"):
+                try:
+                    rec = json.loads(path.read_text())
+                except (OSError, ValueError):
+                    continue
+                if rec.get("cwd") == str(session.cwd) and rec.get("status") == "idle":
+                    session.pid, session.session_id = int(rec["pid"]), str(rec["sessionId"])
+                    return
+            time.sleep(0.1)
+        raise AssertionError(f"claude {session.name} did not register as idle; screen:\n{session.screen()}")

@@ -1,0 +1,153 @@
+"""The inbox lane against the real Claude Code binary (2.1.328), offline, with a fake Messages API."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import drover
+from tests.conftest import wait_for
+
+ACTOR = "tester"
+
+
+def send(session: Any, text: str, **extra: Any) -> Any:
+    return drover.run("sessions.message", {"id": session.name, "text": text, **extra}, actor=ACTOR)
+
+
+def test_idle_session_receives_a_drover_message(claude_lab: Any, cli: Any) -> None:
+    s = claude_lab.start("idle-a")
+    res = cli("--actor", ACTOR, "send", "local:idle-a", "coordinator here: rebase on master", "--json")
+    assert res.code == 0, res.err
+    data = res.json()["data"]
+    assert (data["outcome"], data["lane"]) == ("delivered", "inbox")
+    peers = wait_for(s.peer_messages, timeout=20, what="the peer record in the transcript")
+    origin = peers[-1]["origin"]
+    assert origin["body"] == "coordinator here: rebase on master"
+    assert origin["name"] == f"drover ({ACTOR})"
+    assert origin["fromMode"] == "prompting"
+    assert origin["msg_id"] == data["receiver_msg_id"]
+    assert peers[-1]["isMeta"] is True
+    record = next(m for m in drover.run("messages.list", {}).data["messages"] if m["id"] == data["id"])
+    assert record["outcome"] == "delivered" and record["lane"] == "inbox"
+    # and the model saw it
+    wait_for(lambda: "coordinator here: rebase on master" in s.requests.read_text(), timeout=20)
+    read = cli("read", "local:idle-a", "--role", "peer", "--json").json()["data"]
+    assert [e["text"] for e in read["events"]] == ["coordinator here: rebase on master"]
+    assert read["events"][0]["from"] == f"drover ({ACTOR})"
+
+
+def test_busy_session_queues_and_wait_returns_on_the_idle_notice(claude_lab: Any, cli: Any) -> None:
+    s = claude_lab.start("busy-a", delay=6)
+    first = send(s, "start a slow turn")
+    assert first.data["outcome"] == "delivered", first.data
+    wait_for(lambda: s.status() == "busy", timeout=20, what="the turn to start")
+    second = send(s, "arrives while busy")
+    assert (second.data["outcome"], second.data["lane"]) == ("queuedBehindTurn", "inbox"), second.data
+    res = cli("wait", "local:busy-a", "--until", "idle", "--timeout", "60", "--json")
+    assert res.code == 0, res.err
+    waited = res.json()["data"]
+    assert waited["how"] in ("notify_when_idle", "went idle while subscribing") and waited["state"] == "idle"
+    assert waited["waited_s"] > 1
+    bodies = wait_for(
+        lambda: [p["origin"]["body"] for p in s.peer_messages()] if len(s.peer_messages()) == 2 else None, timeout=40
+    )
+    assert bodies == ["start a slow turn", "arrives while busy"]
+
+
+def test_hold_and_refuse_settings_come_back_as_receipts(claude_lab: Any) -> None:
+    claude_lab.settings(crossSessionInbound="hold")
+    s = claude_lab.start("gate-a")
+    held = send(s, "please hold this")
+    assert held.data["outcome"] == "held", held.data
+    assert held.exit_code == 3
+    claude_lab.settings(crossSessionInbound="refuse")
+    time.sleep(2.5)  # the setting is read live, after the file watcher notices
+    refused = send(s, "please refuse this")
+    assert refused.data["outcome"] == "refused" and refused.data["code"] == "refused", refused.data
+    assert refused.exit_code == 4
+    outcomes = [(m["outcome"], m["lane"]) for m in drover.run("messages.list", {}).data["messages"]]
+    assert outcomes == [("held", "inbox"), ("refused", "inbox")]
+
+
+def test_duplicate_is_dropped_by_the_receiver_when_drovers_own_limit_is_off(claude_lab: Any, isolated: Path) -> None:
+    fleet = isolated / "fleet.toml"
+    fleet.write_text("[limits]\nduplicate_window_s = 0\n")
+    s = claude_lab.start("dup-a")
+    first = drover.run("sessions.message", {"id": s.name, "text": "same words"}, actor=ACTOR, fleet_path=str(fleet))
+    assert first.data["outcome"] == "delivered"
+    second = drover.run("sessions.message", {"id": s.name, "text": "same words"}, actor=ACTOR, fleet_path=str(fleet))
+    assert (second.data["outcome"], second.data["code"]) == ("dropped", "duplicate"), second.data
+    # with drover's limit on (the default), the second never leaves
+    third = send(s, "same words")
+    assert (third.data["outcome"], third.data["code"]) == ("refused", "duplicate")
+
+
+def test_bypass_session_holds_plain_messages_and_takes_the_owners(claude_lab: Any, isolated: Path) -> None:
+    fleet = isolated / "fleet.toml"
+    fleet.write_text("[hosts.local]\nowner_relay = true\n")
+    s = claude_lab.start("bypass-a", flags="--dangerously-skip-permissions")
+    owner = drover.run(
+        "sessions.message", {"id": s.name, "text": "the owner's words", "as_owner": True}, actor=ACTOR, fleet_path=str(fleet)
+    )
+    assert owner.data["outcome"] == "delivered", owner.data
+    assert owner.data["declared_mode"] == "bypass" and owner.data["target_permission_mode"] == "bypassPermissions"
+    wait_for(lambda: s.status() == "idle" and s.peer_messages(), timeout=20, what="the owner's message to be taken")
+    plain = send(s, "a plain relay")
+    assert plain.data["outcome"] == "held", plain.data
+    assert plain.data["declared_mode"] == "prompting"
+    time.sleep(1)
+    bodies = [p["origin"]["body"] for p in s.peer_messages()]
+    assert bodies == ["the owner's words"], "the held message reached Claude"
+    # without owner_relay in the fleet, --as-owner is refused and recorded
+    denied = send(s, "sneaky", as_owner=True)
+    assert (denied.data["outcome"], denied.data["code"]) == ("refused", "owner_relay_off")
+
+
+def test_ls_shows_claude_sessions_and_a_killed_one_disappears(claude_lab: Any, cli: Any) -> None:
+    s = claude_lab.start("lister-a")
+    rows = [r for r in cli("ls", "--json").json()["data"]["sessions"] if r["engine"] == "claude"]
+    assert [(r["name"], r["state"], r["id"], r["pane"]) for r in rows] == [("lister-a", "idle", s.session_id, s.pane)]
+    assert rows[0]["lanes"] == ["inbox", "tmux"]
+    socket_path = s.record()["messagingSocketPath"]
+    os.kill(s.pid, signal.SIGKILL)
+    wait_for(lambda: not any(r["engine"] == "claude" for r in cli("ls", "--json").json()["data"]["sessions"]), timeout=10)
+    assert Path(socket_path).exists(), "a crashed session leaves its socket: drover must not trust it"
+    res = cli("send", f"local:{s.session_id}", "anyone there?", "--json")
+    assert res.code == 6 and res.json()["data"]["code"] == "session_not_found"
+    check = cli("fleet", "check", "--json").json()["data"]["hosts"][0]
+    assert check["host"] == "local" and check["ok"]
+    assert [(x["pid"], x["id"]) for x in check["stale_claude_sessions"]] == [(s.pid, s.session_id)]
+    assert "is gone" in check["stale_claude_sessions"][0]["reason"]
+    human = cli("fleet", "check")
+    assert "stale Claude session record" in human.err
+
+
+def test_guard_refuses_the_real_trust_dialog_and_a_real_permission_dialog(claude_lab: Any, cli: Any) -> None:
+    untrusted = claude_lab.start("trust-a", trust=False, wait=False)
+    wait_for(lambda: "trust this folder" in untrusted.screen(), timeout=30, what="the trust dialog")
+    res = cli("send", f"local:{untrusted.pane}", "1", "--json")
+    assert res.code == 4
+    data = res.json()["data"]
+    assert (data["outcome"], data["code"], data["session"]["engine"]) == ("refused", "dialog", "claude")
+    time.sleep(1)
+    assert "trust this folder" in untrusted.screen(), "the dialog was answered"
+    assert not list((claude_lab.config / "sessions").glob("*.json")), "the trust dialog was accepted"
+
+    asker = claude_lab.start("perm-a", flags="--permission-mode default", tool_use={"command": "rm -rf ./build"})
+    first = send(asker, "clean the build please")
+    assert first.data["outcome"] == "delivered"
+    wait_for(lambda: asker.status() == "waiting", timeout=30, what="the permission prompt")
+    wait_for(lambda: "Do you want to proceed?" in asker.screen(), timeout=10)
+    pasted = send(asker, "yes", via="tmux")
+    assert (pasted.data["outcome"], pasted.data["code"]) == ("refused", "dialog"), pasted.data
+    queued = send(asker, "a note for after the prompt")
+    assert (queued.data["outcome"], queued.data["lane"]) == ("queuedBehindTurn", "inbox")
+    time.sleep(1)
+    assert "Do you want to proceed?" in asker.screen()
+    st = drover.run("sessions.status", {"id": asker.name}).data["session"]
+    assert st["state"] == "waiting" and "permission" in st["reason"]
+    assert st["screen_state"] == "dialog"
