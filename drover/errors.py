@@ -160,6 +160,7 @@ HELPER_CODES: dict[str, type[DroverError]] = {
     "session_not_found": SessionNotFound,
     "ambiguous_session": AmbiguousSession,
     "empty_text": EmptyText,
+    "no_transcript": SessionNotFound,
     "bad_request": InvalidRequest,
     "bad_lane": InvalidRequest,
     "unknown_engine": InvalidRequest,

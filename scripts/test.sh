@@ -12,6 +12,8 @@ command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v unshare >/dev/null 2>&1 || need+=(util-linux)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+# npm fetches the real Claude Code binary for the inbox-lane tests (cached in ~/.cache/drover-test).
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
   echo "+ apt-get install ${need[*]}"
   apt-get update -qq
@@ -19,6 +21,13 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python - <<'PY'
+import sys
+sys.path.insert(0, "tests")
+from claudelab import ensure_binary  # installs @anthropic-ai/claude-code into the cache if it is missing
+path, why = ensure_binary()
+print("+ claude code:", path or f"cannot run here ({why}); its tests will say so")
+PY
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 
 echo "+ ruff"

@@ -97,12 +97,13 @@ class ClaudeSession:
 
 
 class ClaudeLab:
-    def __init__(self, root: Path, binary: Path) -> None:
+    def __init__(self, root: Path, binary: Path, home: Path | None = None) -> None:
         self.root = root
         self.binary = binary
-        self.home = root / "home"
+        self.home = home or root / "home"
         self.config = self.home / ".claude"
-        self.config.mkdir(parents=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.config.mkdir(parents=True, exist_ok=True)
         self.sessions: list[ClaudeSession] = []
         self._claude_json()
 

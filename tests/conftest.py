@@ -211,6 +211,8 @@ def claude_binary() -> Path:
 
     path, why = ensure_binary()
     if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the tests against the real Claude Code binary, but: {why}")
         pytest.skip(f"the real Claude Code binary cannot run here: {why}")
     return path
 

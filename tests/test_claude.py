@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -151,3 +152,47 @@ def test_guard_refuses_the_real_trust_dialog_and_a_real_permission_dialog(claude
     st = drover.run("sessions.status", {"id": asker.name}).data["session"]
     assert st["state"] == "waiting" and "permission" in st["reason"]
     assert st["screen_state"] == "dialog"
+
+
+def test_read_filters_on_the_host(claude_lab: Any, cli: Any) -> None:
+    s = claude_lab.start("reader-a", reply="noted, rebasing now")
+    for text in ("first: the schema landed", "second: rebase on master", "third: tests are green"):
+        assert send(s, text).data["outcome"] in ("delivered", "queuedBehindTurn")
+        wait_for(lambda text=text: any(p["origin"]["body"] == text for p in s.peer_messages()), timeout=20)
+        wait_for(lambda: s.status() == "idle", timeout=20)
+    wait_for(lambda: len([r for r in s.transcript() if r.get("type") == "assistant"]) >= 3, timeout=20)
+    res = cli("read", "local:reader-a", "--json")
+    events = res.json()["data"]["events"]
+    assert [e["role"] for e in events if e["role"] in ("peer", "assistant")][:2] == ["peer", "assistant"]
+    grep = cli("read", "local:reader-a", "--grep", "REBASE", "--role", "peer", "--json").json()["data"]
+    assert [e["text"] for e in grep["events"]] == ["second: rebase on master"] and grep["matched"] == 1
+    last = cli("read", "local:reader-a", "--role", "assistant", "--last", "2", "--json").json()["data"]
+    assert [e["text"] for e in last["events"]] == ["noted, rebasing now", "noted, rebasing now"] and last["matched"] >= 3
+    none = cli("read", "local:reader-a", "--since", "0s", "--json").json()["data"]
+    assert none["events"] == []
+    raw = cli("read", "local:reader-a", "--role", "peer", "--last", "1", "--raw", "--json").json()["data"]
+    assert raw["events"][0]["origin"]["body"] == "third: tests are green"
+    human = cli("read", "local:reader-a", "--role", "peer")
+    assert "peer (drover (tester)): first: the schema landed" in human.out
+    bad = cli("read", "local:reader-a", "--grep", "(")
+    assert bad.code == 2 and "not a valid regular expression" in bad.err
+
+
+def test_inbox_over_ssh(claude_binary: Path, sshfleet: Any, cli: Any, monkeypatch: Any, request: Any) -> None:
+    from tests.claudelab import ClaudeLab
+
+    # A Claude session on host h2: that host's HOME and tmux server, reached through the real sshd.
+    monkeypatch.setenv("TMUX_TMPDIR", sshfleet.host_env("h2")["TMUX_TMPDIR"])
+    home = sshfleet.host_home("h2")
+    lab = ClaudeLab(home / "claude", claude_binary, home=home)
+    request.addfinalizer(lambda: [shutil.rmtree(p, ignore_errors=True) for p in (home / "claude", home / ".claude")])
+    s = lab.start("remote-a")
+    res = cli("--actor", ACTOR, "send", "h2:remote-a", "hello across the wire", "--json")
+    assert res.code == 0, res.err
+    assert (res.json()["data"]["outcome"], res.json()["data"]["lane"]) == ("delivered", "inbox")
+    peers = wait_for(s.peer_messages, timeout=20)
+    assert peers[-1]["origin"]["body"] == "hello across the wire"
+    rows = cli("ls", "--host", "h2", "--json").json()["data"]["sessions"]
+    assert [(r["name"], r["engine"], r["lanes"]) for r in rows] == [("remote-a", "claude", ["inbox", "tmux"])]
+    read = cli("read", "h2:remote-a", "--role", "peer", "--json").json()["data"]
+    assert [e["text"] for e in read["events"]] == ["hello across the wire"]
