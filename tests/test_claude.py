@@ -158,7 +158,11 @@ def test_read_filters_on_the_host(claude_lab: Any, cli: Any) -> None:
     s = claude_lab.start("reader-a", reply="noted, rebasing now")
     for text in ("first: the schema landed", "second: rebase on master", "third: tests are green"):
         assert send(s, text).data["outcome"] in ("delivered", "queuedBehindTurn")
-        wait_for(lambda text=text: any(p["origin"]["body"] == text for p in s.peer_messages()), timeout=20)
+
+        def arrived(text: str = text) -> bool:
+            return any(p["origin"]["body"] == text for p in s.peer_messages())
+
+        wait_for(arrived, timeout=20)
         wait_for(lambda: s.status() == "idle", timeout=20)
     wait_for(lambda: len([r for r in s.transcript() if r.get("type") == "assistant"]) >= 3, timeout=20)
     res = cli("read", "local:reader-a", "--json")
@@ -185,7 +189,12 @@ def test_inbox_over_ssh(claude_binary: Path, sshfleet: Any, cli: Any, monkeypatc
     monkeypatch.setenv("TMUX_TMPDIR", sshfleet.host_env("h2")["TMUX_TMPDIR"])
     home = sshfleet.host_home("h2")
     lab = ClaudeLab(home / "claude", claude_binary, home=home)
-    request.addfinalizer(lambda: [shutil.rmtree(p, ignore_errors=True) for p in (home / "claude", home / ".claude")])
+
+    def cleanup() -> None:
+        for path in (home / "claude", home / ".claude"):
+            shutil.rmtree(path, ignore_errors=True)
+
+    request.addfinalizer(cleanup)
     s = lab.start("remote-a")
     res = cli("--actor", ACTOR, "send", "h2:remote-a", "hello across the wire", "--json")
     assert res.code == 0, res.err

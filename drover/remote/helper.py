@@ -563,25 +563,21 @@ def resolve(target: str, sessions: list) -> dict:
     """One session for what the user typed: exact id/alias, then exact name, then a unique prefix."""
     if not target:
         raise HelperError("bad_request", "no session named: give a pane id (%3), session:window.pane, or a name")
-    for key in (lambda s: [s["id"]] + s["aliases"], lambda s: [s["name"]]):
-        hits = [s for s in sessions if target in key(s)]
+    tiers = (
+        ("matches", lambda s: target == s["id"] or target in s["aliases"]),
+        ("matches", lambda s: target == s["name"]),
+        ("is a prefix of", lambda s: s["name"].startswith(target) or s["id"].startswith(target)),
+    )
+    for how, match in tiers:
+        hits = [s for s in sessions if match(s)]
         if len(hits) == 1:
             return hits[0]
-        if len(hits) > 1:
+        if hits:
             raise HelperError(
                 "ambiguous_session",
-                "%r matches %d sessions: %s" % (target, len(hits), ", ".join(_brief(s) for s in hits[:10])),
+                "%r %s %d sessions: %s" % (target, how, len(hits), ", ".join(_brief(s) for s in hits[:10])),
                 candidates=[{"id": s["id"], "server": s["server"], "name": s["name"]} for s in hits],
             )
-    hits = [s for s in sessions if s["name"].startswith(target) or s["id"].startswith(target)]
-    if len(hits) == 1:
-        return hits[0]
-    if len(hits) > 1:
-        raise HelperError(
-            "ambiguous_session",
-            "%r is a prefix of %d sessions: %s" % (target, len(hits), ", ".join(_brief(s) for s in hits[:10])),
-            candidates=[{"id": s["id"], "server": s["server"], "name": s["name"]} for s in hits],
-        )
     known = ", ".join(_brief(s) for s in sessions[:8]) or "none"
     raise HelperError("session_not_found", "no session %r on this host (sessions here: %s)" % (target, known))
 
