@@ -144,7 +144,11 @@ def test_guard_refuses_the_real_trust_dialog_and_a_real_permission_dialog(claude
     wait_for(lambda: asker.status() == "waiting", timeout=30, what="the permission prompt")
     wait_for(lambda: "Do you want to proceed?" in asker.screen(), timeout=10)
     pasted = send(asker, "yes", via="tmux")
-    assert (pasted.data["outcome"], pasted.data["code"]) == ("refused", "dialog"), pasted.data
+    assert (pasted.data["outcome"], pasted.data["code"]) == ("refused", "waiting"), pasted.data
+    assert "waiting for permission prompt" in pasted.data["detail"]
+    # and the screen alone would have refused it too: the real dialog matches the claude profile
+    screen = drover.run("guard.check", {"engine": "claude", "screen": asker.screen()})
+    assert screen.data["state"] == "dialog" and screen.exit_code == 1
     queued = send(asker, "a note for after the prompt")
     assert (queued.data["outcome"], queued.data["lane"]) == ("queuedBehindTurn", "inbox")
     time.sleep(1)

@@ -69,14 +69,10 @@ def context() -> Any:
 
 
 def _progress() -> Any:
+    """A transient progress bar on stderr for fan-outs over more than a few hosts (TTY only)."""
     if not sys.stderr.isatty():
         return None
-
-    def show(host: str, done: int, total: int) -> None:
-        if total > 3:
-            render.err.print(f"[{done}/{total}] {host}", end="\r", style="dim")
-
-    return show
+    return render.FanOutProgress()
 
 
 def run(name: str, payload: dict[str, Any]) -> Any:

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -72,9 +73,15 @@ def sessions_table(data: dict[str, Any]) -> None:
         table.add_column(col, overflow="fold" if col == "CWD" else "ellipsis", no_wrap=col != "CWD")
     for s in rows:
         state = s.get("state", "-")
+        if s.get("engine") == "claude" and len(s["id"]) > 12:
+            sid = s["id"][:8]  # a unique prefix of the sessionId is enough to name it
+        elif s.get("server") in (None, "default"):
+            sid = s["id"]
+        else:
+            sid = f"{s['server']}/{s['id']}"
         table.add_row(
             s["host"],
-            s["id"] if s.get("server") in (None, "default") else f"{s['server']}/{s['id']}",
+            sid,
             s.get("name", ""),
             s.get("engine", ""),
             Text(state, style=STATE_STYLE.get(state, "")),
@@ -97,7 +104,8 @@ def status(data: dict[str, Any]) -> None:
     for label, value in (
         ("engine", s.get("engine")),
         ("why", s.get("reason")),
-        ("pane", f"{s.get('target')} on tmux server {s.get('server')}"),
+        ("pane", f"{s.get('target')} on tmux server {s.get('server')}" if s.get("target") else "none"),
+        ("lanes", ", ".join(s.get("lanes") or []) or "none"),
         ("command", f"{s.get('command')} (pid {s.get('pid')})"),
         ("cwd", s.get("cwd")),
         ("active", ago(s.get("since"))),
@@ -236,3 +244,31 @@ def transcript(data: dict[str, Any]) -> None:
         out.print(Text.assemble((f"{stamp} ", "dim"), (f"{who}: ", ROLE_STYLE.get(e["role"], "")), e.get("text", "")))
     shown = len(events)
     out.print(Text(f"{shown} of {data.get('matched', shown)} matching events · {data.get('path')}", style="dim"))
+
+
+class FanOutProgress:
+    """Called once per host as it answers; shows a bar only when there are more than a few hosts."""
+
+    def __init__(self, threshold: int = 4) -> None:
+        self.threshold = threshold
+        self.bar: Progress | None = None
+        self.task: Any = None
+
+    def __call__(self, host: str, done: int, total: int) -> None:
+        if total < self.threshold:
+            return
+        if self.bar is None:
+            self.bar = Progress(
+                TextColumn("hosts"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.description}"),
+                console=err,
+                transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("", total=total)
+        self.bar.update(self.task, completed=done, description=f"last: {host}")
+        if done >= total:
+            self.bar.stop()

@@ -927,7 +927,8 @@ def deliver_inbox(session: dict, text: str, args: dict) -> dict:
     if args.get("as_owner"):
         mode, seen_mode, seen_in = permission_class(session)
     with ReplySocket(rec["messagingSocketPath"]) as reply:
-        content = envelope(text, args.get("actor") or "unknown", mode, from_addr=reply.address)
+        # Not keystrokes here, but the receiver draws the text in a terminal: no control sequences in it either.
+        content = envelope(neutralise(text), args.get("actor") or "unknown", mode, from_addr=reply.address)
         msg_id = str(uuid.uuid4())
         line = json.dumps(
             {
@@ -1362,6 +1363,9 @@ def op_deliver(args: dict, profiles: dict) -> dict:
         raise HelperError("bad_lane", "unknown lane %r: auto, inbox or tmux" % lane)
     if pane is None:
         raise HelperError("bad_lane", "%s has no tmux pane to paste into" % _brief(session))
+    if "_record" in session and session["state"] == "waiting":
+        # Claude says it waits on its human: whatever the screen looks like, an Enter could answer that.
+        return _refusal("waiting", "refused: Claude reports it is %s" % session["reason"], pane, "waiting")
     if args.get("as_owner") and pane["engine"] == "claude" and "_record" in session:
         args = dict(args, mode=permission_class(session)[0])
     return deliver_tmux(pane, text, args, profiles)
