@@ -102,6 +102,8 @@ class SSHFleet:
         for name in self.names:
             env = " ".join(f"{k}={v}" for k, v in self.host_env(name).items())
             lines += [f"Match LocalAddress {self.addr(name)}", f"    SetEnv {env}"]
+            if name == "h1":
+                lines.append("    AllowTcpForwarding no")  # h1 is no jump host: the ProxyJump test relies on it
         spare_home = self.host_home("spare")
         lines += [f"Match LocalAddress {','.join(self.spare)}", f"    SetEnv HOME={spare_home} TMUX_TMPDIR={spare_home}/t"]
         config = sshd_dir / "sshd_config"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -209,3 +210,25 @@ def test_inbox_over_ssh(claude_binary: Path, sshfleet: Any, cli: Any, monkeypatc
     assert [(r["name"], r["engine"], r["lanes"]) for r in rows] == [("remote-a", "claude", ["inbox", "tmux"])]
     read = cli("read", "h2:remote-a", "--role", "peer", "--json").json()["data"]
     assert [e["text"] for e in read["events"]] == ["hello across the wire"]
+
+
+def test_line_over_the_inbox_limit_is_refused_before_sending(claude_lab: Any) -> None:
+    s = claude_lab.start("big-a")
+    # Under drover's character cap, but every quote doubles when serialised: the line would pass 1,048,576.
+    text = '"' * 600_000
+    doc = send(s, text)
+    assert (doc.data["outcome"], doc.data["code"], doc.data["lane"]) == ("refused", "too_large", "inbox"), doc.data
+    time.sleep(1)
+    assert s.peer_messages() == []
+
+
+def test_via_tmux_types_into_an_idle_claude(claude_lab: Any) -> None:
+    s = claude_lab.start("typed-a")
+    doc = send(s, "typed by drover", via="tmux")
+    assert (doc.data["outcome"], doc.data["lane"]) == ("delivered", "tmux"), doc.data
+    wait_for(
+        lambda: any(r.get("type") == "user" and "typed by drover" in json.dumps(r.get("message", {})) for r in s.transcript()),
+        timeout=20,
+        what="the typed prompt in the transcript",
+    )
+    assert s.peer_messages() == []  # typed, not through the inbox

@@ -222,3 +222,19 @@ def test_connection_killed_mid_send_is_failed_never_delivered(sshfleet: SSHFleet
     msgs = drover.run("messages.list", {}).data["messages"]
     assert [(m["host"], m["outcome"], m["code"]) for m in msgs] == [("h2", "failed", "connection_lost")]
     assert pane.messages() == []
+
+
+def test_proxy_jump_goes_through_the_jump_host(sshfleet: SSHFleet, isolated: Path, cli: Any) -> None:
+    remote_agent(sshfleet, "h3", "far-away", isolated)
+    add_hosts(
+        sshfleet,
+        '[hosts.via-h2]\nssh = "h3"\nproxy_jump = "h2"\n[hosts.via-h1]\nssh = "h3"\nproxy_jump = "h1"\nconnect_timeout = 3.0\n',
+    )
+    res = cli("ls", "--host", "via-h2", "--json")
+    assert res.code == 0, res.err
+    assert [s["name"] for s in res.json()["data"]["sessions"]] == ["far-away"]
+    # h1 refuses to forward TCP, so a jump through it must fail -- proof that the jump is really taken
+    res = cli("ls", "--host", "via-h1", "--json")
+    assert res.code == 5
+    error = res.json()["errors"][0]
+    assert error["host"] == "via-h1" and "via h1" in error["message"]

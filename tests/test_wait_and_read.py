@@ -99,3 +99,34 @@ def test_read_without_a_transcript_is_a_clear_error(tmux: Tmux, cli: Any) -> Non
     res = cli("read", "notranscript")
     assert res.code == 6
     assert "no transcript for" in res.err
+
+
+def test_claude_registry_damage_is_tolerated(tmux: Tmux, isolated: Path, cli: Any, monkeypatch: Any) -> None:
+    """Records drover cannot parse are skipped with a warning; stale ones are ignored and reported; no crash."""
+    sessions = isolated / "claude" / "sessions"
+    sessions.mkdir(parents=True)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(sessions.parent))
+    (sessions / "111.json").write_text("{not json")
+    (sessions / "222.json").write_text(json.dumps({"pid": "not-an-int"}))
+    dead = {
+        "pid": 999999,
+        "sessionId": "dead-beef",
+        "procStart": "1",
+        "messagingSocketPath": "/nonexistent.sock",
+        "status": "idle",
+    }
+    (sessions / "999999.json").write_text(json.dumps(dead))
+    (sessions / "333.unknown-file").write_text("ignored")
+    tmux.agent("alive")
+    res = cli("ls", "--json")
+    assert res.code == 0, res.err
+    data = res.json()["data"]
+    assert [s["name"] for s in data["sessions"]] == ["alive"]
+    warnings = " ".join(w["message"] for w in data["warnings"])
+    assert "111.json" in warnings and "222.json" in warnings
+    human = cli("ls")
+    assert "warning: local: skipped Claude session record" in human.err
+    check = cli("fleet", "check", "--json").json()["data"]["hosts"][0]
+    assert [s["id"] for s in check["stale_claude_sessions"]] == ["dead-beef"]
+    res = cli("send", "dead-beef", "hello?")
+    assert res.code == 6

@@ -196,6 +196,9 @@ class SSHTransport:
             raise TransportError(f"{where} refused the SSH session: {exc.reason}", host=self.host, code="ssh_error") from None
         except OSError as exc:
             raise TransportError(f"cannot reach {where}: {exc.strerror or exc}", host=self.host, code="unreachable") from None
+        except asyncssh.Error as exc:  # e.g. a jump host that will not open the tunnel
+            via = f" via {cfg.proxy_jump}" if cfg.proxy_jump else ""
+            raise TransportError(f"SSH to {where}{via} failed: {exc.reason}", host=self.host, code="ssh_error") from None
 
     # -- requests --------------------------------------------------------------------------------------------
     async def call(self, op: str, args: dict[str, Any], *, timeout: float) -> Any:
