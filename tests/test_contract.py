@@ -84,6 +84,12 @@ def test_help_and_local_work_do_not_import_asyncssh() -> None:
     assert out.stdout.strip().splitlines()[-1] == "False"
 
 
+def test_help_loads_neither_the_ops_nor_pydantic() -> None:
+    code = "import sys; from drover.cli.main import main; main(['--help']); print(sorted(m for m in ('drover.ops', 'pydantic') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=60)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_version_and_module_entry() -> None:
     res = drover_process("--version")
     assert res.code == 0 and res.out.strip() == f"drover {drover.__version__}"

@@ -7,13 +7,14 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from drover import fleet as fleet_mod
 from drover.cli import render
 from drover.cli.main import JsonOpt, fleet_app, state
 from drover.errors import UsageError
 
 
 def _path() -> Any:
+    from drover import fleet as fleet_mod
+
     path, _named = fleet_mod.find_path(state.fleet)
     return path
 
@@ -21,6 +22,8 @@ def _path() -> Any:
 @fleet_app.command("show")
 def show(as_json: JsonOpt = False) -> None:
     """Validate the fleet file and show its hosts (with none, the built-in fleet: just `local`)."""
+    from drover import fleet as fleet_mod
+
     fleet, path = fleet_mod.load(state.fleet)
     if as_json:
         render.print_json({"drover": 1, "path": str(path) if path else None, "fleet": fleet.model_dump(mode="json")})
@@ -59,6 +62,8 @@ def add(
     replace: Annotated[bool, typer.Option("--replace", help="overwrite an existing host of that name")] = False,
 ) -> None:
     """Add a host to the fleet file (created if missing)."""
+    from drover import fleet as fleet_mod
+
     path = _path()
     data = fleet_mod.read_raw(path)
     hosts = data.setdefault("hosts", {})
@@ -80,6 +85,8 @@ def add(
 @fleet_app.command("remove")
 def remove(name: Annotated[str, typer.Argument(help="the host to remove")]) -> None:
     """Remove a host from the fleet file."""
+    from drover import fleet as fleet_mod
+
     path = _path()
     data = fleet_mod.read_raw(path)
     if name not in data.get("hosts", {}):

@@ -8,14 +8,15 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from drover.ops.core import Document
+if TYPE_CHECKING:  # the ops (and pydantic) load only when a command runs one, not for --help
+    from drover.ops.core import Document
 
 # Piped output is for reading later or for grep: don't squeeze it into 80 columns.
 out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
@@ -34,7 +35,7 @@ STATE_STYLE = {"idle": "green", "busy": "cyan", "dialog": "yellow", "waiting": "
 
 
 def print_json(doc: Document | dict[str, Any]) -> None:
-    data = doc.to_dict() if isinstance(doc, Document) else doc
+    data = doc if isinstance(doc, dict) else doc.to_dict()
     indent = 2 if sys.stdout.isatty() else None
     sys.stdout.write(json.dumps(data, indent=indent, ensure_ascii=False, default=str) + "\n")
     sys.stdout.flush()
