@@ -85,7 +85,10 @@ def test_help_and_local_work_do_not_import_asyncssh() -> None:
 
 
 def test_help_loads_neither_the_ops_nor_pydantic() -> None:
-    code = "import sys; from drover.cli.main import main; main(['--help']); print(sorted(m for m in ('drover.ops', 'pydantic') if m in sys.modules))"
+    code = (
+        "import sys; from drover.cli.main import main; main(['--help']); "
+        "print(sorted(m for m in ('drover.ops', 'pydantic') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=60)
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
