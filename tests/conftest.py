@@ -31,6 +31,19 @@ def wait_for(cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0
         time.sleep(interval)
 
 
+def stays(cond: Callable[[], Any], seconds: float = 0.3, what: str = "condition") -> None:
+    """Assert that cond holds for the whole window: how a test shows that nothing arrives (no Enter, no key).
+
+    An absence cannot be waited for, only watched for a while; this fails as soon as the thing appears.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        assert cond(), f"{what} stopped holding"
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+
+
 @pytest.fixture(autouse=True)
 def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """Every test gets its own drover home, config dir and tmux socket directory, and leaves no server behind."""

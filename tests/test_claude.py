@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import drover
-from tests.conftest import wait_for
+from tests.conftest import stays, wait_for
 
 ACTOR = "tester"
 
@@ -101,9 +101,7 @@ def test_bypass_session_holds_plain_messages_and_takes_the_owners(claude_lab: An
     plain = send(s, "a plain relay")
     assert plain.data["outcome"] == "held", plain.data
     assert plain.data["declared_mode"] == "prompting"
-    time.sleep(1)
-    bodies = [p["origin"]["body"] for p in s.peer_messages()]
-    assert bodies == ["the owner's words"], "the held message reached Claude"
+    stays(lambda: [p["origin"]["body"] for p in s.peer_messages()] == ["the owner's words"], 1, "the held message staying held")
     # without owner_relay in the fleet, --as-owner is refused and recorded
     denied = send(s, "sneaky", as_owner=True)
     assert (denied.data["outcome"], denied.data["code"]) == ("refused", "owner_relay_off")
@@ -135,8 +133,7 @@ def test_guard_refuses_the_real_trust_dialog_and_a_real_permission_dialog(claude
     assert res.code == 4
     data = res.json()["data"]
     assert (data["outcome"], data["code"], data["session"]["engine"]) == ("refused", "dialog", "claude")
-    time.sleep(1)
-    assert "trust this folder" in untrusted.screen(), "the dialog was answered"
+    stays(lambda: "trust this folder" in untrusted.screen(), 1, "the trust dialog staying unanswered")
     assert not list((claude_lab.config / "sessions").glob("*.json")), "the trust dialog was accepted"
 
     asker = claude_lab.start("perm-a", flags="--permission-mode default", tool_use={"command": "rm -rf ./build"})
@@ -152,8 +149,7 @@ def test_guard_refuses_the_real_trust_dialog_and_a_real_permission_dialog(claude
     assert screen.data["state"] == "dialog" and screen.exit_code == 1
     queued = send(asker, "a note for after the prompt")
     assert (queued.data["outcome"], queued.data["lane"]) == ("queuedBehindTurn", "inbox")
-    time.sleep(1)
-    assert "Do you want to proceed?" in asker.screen()
+    stays(lambda: "Do you want to proceed?" in asker.screen(), 1, "the permission dialog staying unanswered")
     st = drover.run("sessions.status", {"id": asker.name}).data["session"]
     assert st["state"] == "waiting" and "permission" in st["reason"]
     assert st["screen_state"] == "dialog"
@@ -218,8 +214,7 @@ def test_line_over_the_inbox_limit_is_refused_before_sending(claude_lab: Any) ->
     text = '"' * 600_000
     doc = send(s, text)
     assert (doc.data["outcome"], doc.data["code"], doc.data["lane"]) == ("refused", "too_large", "inbox"), doc.data
-    time.sleep(1)
-    assert s.peer_messages() == []
+    stays(lambda: s.peer_messages() == [], 1, "nothing reaching Claude")
 
 
 def test_via_tmux_types_into_an_idle_claude(claude_lab: Any) -> None:

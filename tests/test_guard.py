@@ -6,14 +6,13 @@ import os
 import signal
 import stat
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import drover
-from tests.conftest import ROOT, SCREENS, Tmux, wait_for
+from tests.conftest import ROOT, SCREENS, Tmux, stays, wait_for
 
 CAPTURES = {
     "claude-apikey-dialog.txt": ("claude", "dialog"),
@@ -79,8 +78,8 @@ def start_fake(tmux: Tmux, tmp: Path, capture: str) -> tuple[Any, Path]:
     exe = fake_engine(tmp, engine)
     log = tmp / f"{capture}.bytes"
     pane = tmux.start(capture.split(".")[0], f"{exe} --screen {SCREENS / capture} --log {log}", width=170, height=55)
-    wait_for(lambda: log.exists() and pane.screen().strip(), what="the fake TUI to draw")
-    time.sleep(0.1)
+    last = [line for line in (SCREENS / capture).read_text(encoding="utf-8").splitlines() if line.strip()][-1].strip()
+    wait_for(lambda: log.exists() and last in pane.screen(), what="the fake TUI to draw the whole capture")
     return pane, log
 
 
@@ -92,8 +91,7 @@ def test_live_pane_showing_a_real_dialog_is_refused_and_receives_nothing(tmux: T
     assert doc.data["code"] == "dialog"
     assert doc.data["session"]["engine"] == CAPTURES[capture][0]
     assert doc.exit_code == 4
-    time.sleep(0.3)
-    assert log.read_bytes() == b"", "the dialog received keystrokes"
+    stays(lambda: log.read_bytes() == b"", what="the dialog receiving nothing")
 
 
 def test_live_idle_claude_gets_a_bracketed_paste_then_enter(tmux: Tmux, isolated: Path) -> None:
@@ -114,8 +112,7 @@ def test_agent_dialog_is_refused_with_exit_code_and_nothing_typed(tmux: Tmux, cl
     assert "refused" in res.err and "Do you want to proceed?" in res.err
     st = cli("status", "dlg", "--json").json()["data"]["session"]
     assert st["state"] == "dialog"
-    time.sleep(0.3)
-    assert pane.events("dialog") == [] and pane.events("dialog_input") == [] and pane.messages() == []
+    stays(lambda: pane.events("dialog") == [] and pane.events("dialog_input") == [] and pane.messages() == [])
 
 
 def test_dialog_appearing_during_the_paste_gets_no_enter(tmux: Tmux) -> None:
@@ -125,9 +122,7 @@ def test_dialog_appearing_during_the_paste_gets_no_enter(tmux: Tmux) -> None:
     assert doc.data["outcome"] == "refused", doc.data
     assert doc.data["code"] == "dialog_after_paste"
     assert doc.data["pasted"] is True
-    time.sleep(0.5)
-    assert pane.events("dialog") == [], "Enter reached the dialog"
-    assert pane.messages() == []
+    stays(lambda: pane.events("dialog") == [] and pane.messages() == [], 0.5, what="no Enter reaching the dialog")
 
 
 def test_dialog_words_inside_our_own_text_do_not_block_enter(tmux: Tmux) -> None:
@@ -148,8 +143,7 @@ def test_copy_mode_input_off_and_dead_panes_are_refused(tmux: Tmux) -> None:
     doc = drover.run("sessions.message", {"id": pane.address, "text": "x2"}, actor="tester")
     assert (doc.data["outcome"], doc.data["code"]) == ("refused", "input_off")
     pane.tmux("select-pane", "-e", "-t", pane.id)
-    time.sleep(0.2)
-    assert pane.messages() == [] and pane.events("key") == []
+    stays(lambda: pane.messages() == [] and pane.events("key") == [])
 
     dead = tmux.start("dead", "sleep 600")
     dead.tmux("set-option", "-w", "-t", dead.id, "remain-on-exit", "on")
@@ -169,8 +163,7 @@ def test_password_prompt_in_a_shell_is_refused(tmux: Tmux, isolated: Path) -> No
     wait_for(lambda: "password for root" in pane.screen())
     doc = drover.run("sessions.message", {"id": pane.address, "text": "hunter2"}, actor="tester")
     assert (doc.data["outcome"], doc.data["code"]) == ("refused", "dialog"), doc.data
-    time.sleep(0.3)
-    assert not log.exists()
+    stays(lambda: not log.exists(), what="the password prompt receiving nothing")
 
 
 def test_expect_engine_mismatch_is_refused(tmux: Tmux) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import drover
-from tests.conftest import ROOT, remote_agent, wait_for
+from tests.conftest import ROOT, remote_agent, stays, wait_for
 from tests.sshfleet import SSHFleet, free_port, keygen
 
 
@@ -47,8 +47,7 @@ def test_send_to_host_two_arrives_there_and_nowhere_else(sshfleet: SSHFleet, iso
     assert panes["h2"].messages() == [
         '<cross-session-message from-name="drover (tester)" from-mode="prompting">\nonly for h2\n</cross-session-message>'
     ]
-    time.sleep(0.3)
-    assert panes["h1"].messages() == [] and panes["h3"].messages() == []
+    stays(lambda: panes["h1"].messages() == [] and panes["h3"].messages() == [], what="h1 and h3 receiving nothing")
     log = cli("log", "--json").json()["data"]["messages"]
     assert [(m["host"], m["target"], m["outcome"]) for m in log] == [("h2", "agent", "delivered")]
     st = cli("status", "h3:agent", "--json")

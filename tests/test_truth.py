@@ -9,14 +9,13 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import drover
 from drover.truth import TruthFile
-from tests.conftest import ROOT, Tmux, drover_process, wait_for
+from tests.conftest import ROOT, Tmux, drover_process, stays, wait_for
 
 LOOSE_LIMITS = "[limits]\nbucket_size = 100000\nduplicate_window_s = 0\n"
 
@@ -92,8 +91,7 @@ def test_send_killed_between_accept_and_outcome_shows_as_pending(tmux: Tmux, iso
     assert pending[0]["actor"] == "crasher" and pending[0]["outcome"] is None and pending[0]["pending"] is True
     human = cli("log", "show", pending[0]["id"][:12])
     assert "pending" in human.out and "never finished" in human.out
-    time.sleep(0.3)
-    assert pane.messages() == []
+    stays(lambda: pane.messages() == [])
 
 
 def test_truth_file_is_private_and_records_everything(tmux: Tmux, isolated: Path, cli: Any) -> None:
