@@ -156,7 +156,7 @@ def test_fleet_check_names_the_broken_hosts(broken_hosts: Any, sshfleet: SSHFlee
     assert (rows["closed"]["reachable"], rows["closed"]["host_key"]) == (False, None)
     assert (rows["impostor"]["reachable"], rows["impostor"]["host_key"], rows["impostor"]["auth"]) == (True, False, None)
     assert (rows["badauth"]["host_key"], rows["badauth"]["auth"]) == (True, False)
-    assert (rows["nopython"]["auth"], rows["nopython"]["python"]) == (True, False)
+    assert (rows["nopython"]["auth"], rows["nopython"]["python"]) == (True, False), rows["nopython"]
     human = cli("fleet", "check")
     lines = human.out.splitlines()
     assert len([ln for ln in lines if ln.split() and ln.split()[0] in rows]) == len(rows)

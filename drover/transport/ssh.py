@@ -208,7 +208,7 @@ class SSHTransport:
         python = shlex.quote(self.cfg.python)
         command = f"exec {python} -I -c {shlex.quote(BOOTSTRAP)}"
         try:
-            result = await asyncio.wait_for(conn.run(command, input=stdin, encoding=None, check=False), timeout)
+            result = await asyncio.wait_for(self._run(conn, command, stdin), timeout)
         except TimeoutError:
             raise TransportError(
                 f"no answer to {op} within {timeout:g}s (the request may still complete there)", host=self.host, code="timeout"
@@ -248,6 +248,17 @@ class SSHTransport:
         if not answer.get("ok"):
             raise from_helper(answer.get("error") or {}, self.host)
         return answer.get("data")
+
+    @staticmethod
+    async def _run(conn: asyncssh.SSHClientConnection, command: str, stdin: bytes) -> asyncssh.SSHCompletedProcess:
+        """Run the command with stdin; a remote that exits before reading it all (no python there) still has a say."""
+        async with conn.create_process(command, encoding=None) as process:
+            try:
+                process.stdin.write(stdin)
+                process.stdin.write_eof()
+            except (BrokenPipeError, ConnectionResetError, asyncssh.Error):
+                pass  # the process is gone already: its exit status tells why
+            return await process.wait(check=False)
 
     async def close(self) -> None:
         if self._conn is not None:
