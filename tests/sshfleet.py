@@ -1,4 +1,4 @@
-"""A real OpenSSH test fleet on loopback: one sshd, one address per host, each host with its own state.
+"""A real OpenSSH test fleet on loopback: one sshd (per 16 hosts), one address per host, each with its own state.
 
 Host N listens on 127.0.0.(10+N) at one free port; a `Match LocalAddress` block gives each host its own HOME
 and TMUX_TMPDIR, so each has its own tmux servers (and Claude registry) and a test can tell which host
@@ -47,7 +47,7 @@ class SSHFleet:
         self.names = [f"h{i}" for i in range(1, count + 1)]
         # Addresses sshd also listens on but that no known_hosts file lists: for the host-key tests.
         self.spare = ["127.0.0.21", "127.0.0.22"]
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.procs: list[subprocess.Popen[bytes]] = []
 
     # -- layout ----------------------------------------------------------------------------------------------
     def addr(self, name: str) -> str:
@@ -83,11 +83,8 @@ class SSHFleet:
         (sshd_dir / "authorized_keys").write_text(client_pub + "\n")
         for name in [*self.names, "spare"]:
             (self.host_home(name) / "t").mkdir(parents=True)
-        lines = [
-            *(f"ListenAddress {self.addr(n)}:{self.port}" for n in self.names),
-            *(f"ListenAddress {a}:{self.port}" for a in self.spare),
+        common = [
             f"HostKey {sshd_dir / 'host_ed25519'}",
-            f"PidFile {sshd_dir / 'sshd.pid'}",
             f"AuthorizedKeysFile {sshd_dir / 'authorized_keys'}",
             "StrictModes no",
             "UsePAM no",
@@ -101,19 +98,23 @@ class SSHFleet:
         ]
         for name in self.names:
             env = " ".join(f"{k}={v}" for k, v in self.host_env(name).items())
-            lines += [f"Match LocalAddress {self.addr(name)}", f"    SetEnv {env}"]
+            common += [f"Match LocalAddress {self.addr(name)}", f"    SetEnv {env}"]
             if name == "h1":
-                lines.append("    AllowTcpForwarding no")  # h1 is no jump host: the ProxyJump test relies on it
+                common.append("    AllowTcpForwarding no")  # h1 is no jump host: the ProxyJump test relies on it
         spare_home = self.host_home("spare")
-        lines += [f"Match LocalAddress {','.join(self.spare)}", f"    SetEnv HOME={spare_home} TMUX_TMPDIR={spare_home}/t"]
-        config = sshd_dir / "sshd_config"
-        config.write_text("\n".join(lines) + "\n")
+        common += [f"Match LocalAddress {','.join(self.spare)}", f"    SetEnv HOME={spare_home} TMUX_TMPDIR={spare_home}/t"]
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
-        check = subprocess.run([SSHD, "-t", "-f", str(config)], capture_output=True, text=True)
-        if check.returncode != 0:
-            raise RuntimeError(f"sshd rejected its config: {check.stderr}")
+        # sshd listens on at most 16 sockets: one sshd per 16 addresses (the benchmark wants more hosts).
+        addresses = [*self.spare, *(self.addr(n) for n in self.names)]
         self.log = open(sshd_dir / "sshd.log", "wb")
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=self.log, stderr=subprocess.STDOUT)
+        for i in range(0, len(addresses), 16):
+            config = sshd_dir / f"sshd_config.{i // 16}"
+            listen = [f"ListenAddress {a}:{self.port}" for a in addresses[i : i + 16]]
+            config.write_text("\n".join([*listen, f"PidFile {sshd_dir / f'sshd.{i // 16}.pid'}", *common]) + "\n")
+            check = subprocess.run([SSHD, "-t", "-f", str(config)], capture_output=True, text=True)
+            if check.returncode != 0:
+                raise RuntimeError(f"sshd rejected its config: {check.stderr}")
+            self.procs.append(subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=self.log, stderr=subprocess.STDOUT))
         self._wait_listening()
         host_key = self.host_key_line.split()
         self.known_hosts.write_text("".join(f"[{self.addr(n)}]:{self.port} {host_key[0]} {host_key[1]}\n" for n in self.names))
@@ -135,7 +136,7 @@ class SSHFleet:
                     socket.create_connection((addr, self.port), timeout=1).close()
                     break
                 except OSError:
-                    if self.proc and self.proc.poll() is not None:
+                    if any(p.poll() is not None for p in self.procs):
                         raise RuntimeError("sshd exited: " + (self.root / "sshd" / "sshd.log").read_text()) from None
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"sshd did not listen on {addr}:{self.port}") from None
@@ -164,12 +165,13 @@ class SSHFleet:
 
     def stop(self) -> None:
         self.kill_tmux()
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
