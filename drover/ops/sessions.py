@@ -126,7 +126,7 @@ async def sessions_status(ctx: Context, req: StatusRequest) -> Result:
 
 
 # Transport failures after the request was sent: the host may have acted on it.
-INDETERMINATE = {"connection_lost", "timeout"}
+INDETERMINATE = {"connection_lost", "timeout", "paste_uncertain"}
 BRIEF = ("id", "server", "target", "name", "engine", "pid", "cwd")
 
 

@@ -744,6 +744,9 @@ class ReplySocket:
             os.chmod(self.path, 0o600)
             sock.listen(16)
             self.sock = sock
+        except OSError as exc:
+            _REPLY_LOCK.release()
+            raise HelperError("reply_socket", "cannot listen for receipts at %s: %s" % (self.path, exc)) from None
         except BaseException:
             _REPLY_LOCK.release()
             raise
@@ -1252,7 +1255,13 @@ def _paste(session: dict, payload: str, profiles: dict, expect: str) -> tuple:
         code, detail = _guard_verdict(seen, profiles[expect], expect)
         if code:
             return _refusal(code, detail, session, seen["state"]), screen, seen["state"]
-        tmux(socket, ["paste-buffer", "-p", "-r", "-d", "-b", buffer, "-t", pane_id])
+        try:
+            tmux(socket, ["paste-buffer", "-p", "-r", "-d", "-b", buffer, "-t", pane_id])
+        except HelperError as exc:
+            pasted = True  # or not: tmux did not say; don't touch the buffer either
+            raise HelperError(
+                "paste_uncertain", "tmux paste-buffer failed (%s): the text may or may not be in the pane" % exc.message
+            ) from None
         pasted = True
         return None, screen, seen["state"]
     finally:
@@ -1275,19 +1284,31 @@ def deliver_tmux(session: dict, text: str, args: dict, profiles: dict) -> dict:
     if refusal is not None:
         return refusal
     socket, pane_id = session["socket"], session["id"]
-    _settle(socket, pane_id, before, float(args.get("settle_s", 3.0)) + len(payload) / 200000.0)
-    # Re-check before Enter: the pane may have turned into a dialog while the text landed.  Lines of our own
-    # text on screen are not a dialog, even if the text quotes one.
-    refusal, after, _seen = _check_pane(session, profiles, expect)
-    if refusal is None:
-        now = classify(after, profile, ignore_text=payload)
-        if now["state"] == "dialog":
-            detail = "a dialog appeared while the text was landing (%s): Enter was not sent, nothing was submitted"
-            refusal = _refusal("dialog_after_paste", detail % now["reason"], session, "dialog")
-    if refusal is not None:
-        refusal["pasted"] = True
-        return refusal
-    tmux(socket, ["send-keys", "-t", pane_id, "Enter"])
+    try:
+        _settle(socket, pane_id, before, float(args.get("settle_s", 3.0)) + len(payload) / 200000.0)
+        # Re-check before Enter: the pane may have turned into a dialog while the text landed.  Lines of our own
+        # text on screen are not a dialog, even if the text quotes one.
+        refusal, after, _seen = _check_pane(session, profiles, expect)
+        if refusal is None:
+            now = classify(after, profile, ignore_text=payload)
+            if now["state"] == "dialog":
+                detail = "a dialog appeared while the text was landing (%s): Enter was not sent, nothing was submitted"
+                refusal = _refusal("dialog_after_paste", detail % now["reason"], session, "dialog")
+        if refusal is not None:
+            refusal["pasted"] = True
+            return refusal
+        tmux(socket, ["send-keys", "-t", pane_id, "Enter"])
+    except HelperError as exc:
+        # The text is in the pane; whether Enter went is unknown. Say so, never "delivered".
+        return {
+            "outcome": "failed",
+            "lane": "tmux",
+            "code": exc.code,
+            "detail": "the text was pasted, then %s: it may sit unsent in the input" % exc.message,
+            "pasted": True,
+            "indeterminate": True,
+            "session": public(session),
+        }
     idle = state == "idle"
     return {
         "outcome": "delivered" if idle else "queuedBehindTurn",
@@ -1350,6 +1371,9 @@ def op_deliver(args: dict, profiles: dict) -> dict:
     session = resolve(args.get("target", ""), discover(profiles, warnings))
     lane = args.get("lane") or "auto"
     pane = session.get("_pane") if "_record" in session else session
+    expect = args.get("expect_engine")
+    if expect and expect != session["engine"]:
+        return _refusal("engine_mismatch", "the session runs %s, not %s" % (session["engine"], expect), session)
     if lane == "inbox" or (lane == "auto" and "inbox" in session["lanes"]):
         if "inbox" not in session["lanes"]:
             raise HelperError("bad_lane", "%s has no inbox (only Claude Code sessions do); use --via tmux" % _brief(session))
