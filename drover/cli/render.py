@@ -124,9 +124,10 @@ def outcome(data: dict[str, Any], expected: bool = False) -> None:
     name = data.get("outcome") or "pending"
     style = OUTCOME_STYLE.get(data.get("outcome"), "")
     session = data.get("session") or {}
-    where = f"{data['host']}:{session.get('id', data.get('target'))}"
+    where = f"{data['host']}:{session.get('name') or data.get('target')}"
     if session.get("engine"):
-        where += f" ({session['engine']})"
+        sid = session.get("id", "")
+        where += f" ({session['engine']} {sid[:8] if len(sid) > 12 else sid})"
     via = f" via {data['lane']}" if data.get("lane") else ""
     ok = name in ("delivered", "queuedBehindTurn")
     prefix = "" if ok or expected else "drover: "
