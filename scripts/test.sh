@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 need=()
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
+[ -x /usr/bin/python3 ] || need+=(python3)  # the test fleet's hosts run the helper with the system python3
 command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)

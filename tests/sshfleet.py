@@ -47,6 +47,8 @@ class SSHFleet:
         self.names = [f"h{i}" for i in range(1, count + 1)]
         # Addresses sshd also listens on but that no known_hosts file lists: for the host-key tests.
         self.spare = ["127.0.0.21", "127.0.0.22"]
+        # A host with no tmux (nor anything else) on its PATH: for the remote-side error tests.
+        self.bare = "127.0.0.23"
         self.procs: list[subprocess.Popen[bytes]] = []
 
     # -- layout ----------------------------------------------------------------------------------------------
@@ -103,9 +105,13 @@ class SSHFleet:
                 common.append("    AllowTcpForwarding no")  # h1 is no jump host: the ProxyJump test relies on it
         spare_home = self.host_home("spare")
         common += [f"Match LocalAddress {','.join(self.spare)}", f"    SetEnv HOME={spare_home} TMUX_TMPDIR={spare_home}/t"]
+        common += [
+            f"Match LocalAddress {self.bare}",
+            f"    SetEnv HOME={spare_home} TMUX_TMPDIR={spare_home}/t PATH=/nonexistent",
+        ]
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
         # sshd listens on at most 16 sockets: one sshd per 16 addresses (the benchmark wants more hosts).
-        addresses = [*self.spare, *(self.addr(n) for n in self.names)]
+        addresses = [*self.spare, self.bare, *(self.addr(n) for n in self.names)]
         self.log = open(sshd_dir / "sshd.log", "wb")
         for i in range(0, len(addresses), 16):
             config = sshd_dir / f"sshd_config.{i // 16}"
@@ -130,7 +136,7 @@ class SSHFleet:
 
     def _wait_listening(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
-        for addr in [*(self.addr(n) for n in self.names), *self.spare]:
+        for addr in [*(self.addr(n) for n in self.names), *self.spare, self.bare]:
             while True:
                 try:
                     socket.create_connection((addr, self.port), timeout=1).close()

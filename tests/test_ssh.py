@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -237,3 +238,64 @@ def test_proxy_jump_goes_through_the_jump_host(sshfleet: SSHFleet, isolated: Pat
     assert res.code == 5
     error = res.json()["errors"][0]
     assert error["host"] == "via-h1" and "via h1" in error["message"]
+
+
+def test_auth_through_the_ssh_agent(sshfleet: SSHFleet, isolated: Path, cli: Any, monkeypatch: Any) -> None:
+    home = isolated / "agent-home"
+    (home / ".ssh").mkdir(parents=True)
+    shutil.copy(sshfleet.known_hosts, home / ".ssh" / "known_hosts")  # no keys in this HOME: only the agent has one
+    sock = isolated / "agent.sock"
+    out = subprocess.run(["ssh-agent", "-a", str(sock)], capture_output=True, text=True, check=True).stdout
+    agent_pid = int(out.split("SSH_AGENT_PID=")[1].split(";")[0])
+    try:
+        env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+        subprocess.run(["ssh-add", "-q", str(sshfleet.client_key)], env=env, check=True, capture_output=True)
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        add_hosts(sshfleet, f'[hosts.agented]\nssh = "{sshfleet.addr("h1")}"\nport = {sshfleet.port}\nuser = "{sshfleet.user}"\n')
+        res = cli("ls", "--host", "agented", "--json")
+        assert res.code == 0, res.err
+    finally:
+        os.kill(agent_pid, signal.SIGTERM)
+    wait_for(lambda: not sock.exists(), what="the agent to go")
+    res = cli("ls", "--host", "agented", "--json")
+    assert res.code == 5 and res.json()["errors"][0]["code"] == "auth_failed"  # it was the agent that let us in
+
+
+def test_remote_without_tmux_says_so(sshfleet: SSHFleet, isolated: Path, cli: Any) -> None:
+    known = isolated / "bare_known_hosts"
+    key = sshfleet.host_key_line.split()
+    known.write_text(f"[{sshfleet.bare}]:{sshfleet.port} {key[0]} {key[1]}\n")
+    add_hosts(
+        sshfleet,
+        f'[hosts.bare]\nssh = "{sshfleet.bare}"\nport = {sshfleet.port}\nuser = "{sshfleet.user}"\n'
+        f'identity = "{sshfleet.client_key}"\nknown_hosts = "{known}"\npython = "{sys.executable}"\n',
+    )
+    res = cli("ls", "--host", "bare", "--json")
+    assert res.code == 0, res.err
+    assert [w["message"] for w in res.json()["data"]["warnings"]] == [
+        "tmux is not installed on this host, so no tmux panes are listed"
+    ]
+    res = cli("send", "bare:anything", "hello")
+    assert res.code == 6 and "tmux is not installed on this host" in res.err
+    row = cli("fleet", "check", "--host", "bare", "--json").json()["data"]["hosts"][0]
+    assert row["ok"] and row["tmux"] is None
+
+
+def _old_python() -> str | None:
+    for version in ("3.7", "3.6", "2.7"):
+        for path in [shutil.which(f"python{version}"), *Path("/root/.pyenv/versions").glob(f"{version}.*/bin/python{version}")]:
+            if path and os.access(path, os.X_OK) and ".pyenv/shims" not in str(path):
+                return str(path)
+    return None
+
+
+def test_remote_python_too_old(sshfleet: SSHFleet, cli: Any) -> None:
+    old = _old_python()
+    if old is None:
+        pytest.skip("no Python older than 3.8 on this machine to play an old remote interpreter")
+    add_hosts(sshfleet, f'[hosts.oldpy]\nssh = "h2"\npython = "{old}"\n')
+    res = cli("ls", "--host", "oldpy", "--json")
+    assert res.code == 5
+    error = res.json()["errors"][0]
+    assert error["code"] == "python_too_old" and "older than 3.8" in error["message"]

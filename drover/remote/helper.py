@@ -17,6 +17,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import socket as socketlib
 import subprocess
 import sys
@@ -434,6 +435,9 @@ def tmux_version() -> str | None:
 
 def list_panes(warnings: list) -> list:
     panes: list = []
+    if shutil.which("tmux") is None:
+        warnings.append("tmux is not installed on this host, so no tmux panes are listed")
+        return panes
     fmt = SEP.join("#{%s}" % f for f in FIELDS)
     for socket in tmux_servers():
         try:
@@ -444,6 +448,7 @@ def list_panes(warnings: list) -> list:
             if exc.code == "tmux_error" and ("no server running" in exc.message or "error connecting" in exc.message):
                 continue
             if exc.code == "no_tmux":
+                warnings.append("tmux is not installed on this host, so no tmux panes are listed")
                 return panes
             warnings.append("tmux server %s: %s" % (socket, exc.message))
             continue
@@ -580,6 +585,16 @@ def resolve(target: str, sessions: list) -> dict:
             )
     known = ", ".join(_brief(s) for s in sessions[:8]) or "none"
     raise HelperError("session_not_found", "no session %r on this host (sessions here: %s)" % (target, known))
+
+
+def find(args: dict, profiles: dict, warnings: list) -> dict:
+    """The session args["target"] names; when there is none, the host's warnings (no tmux, ...) say why."""
+    try:
+        return resolve(args.get("target", ""), discover(profiles, warnings))
+    except HelperError as exc:
+        if exc.code == "session_not_found" and warnings:
+            exc.message += "; note: " + "; ".join(warnings)
+        raise
 
 
 def public(session: dict) -> dict:
@@ -1355,7 +1370,7 @@ def op_list(args: dict, profiles: dict) -> dict:
 
 def op_status(args: dict, profiles: dict) -> dict:
     warnings: list = []
-    session = with_state(resolve(args.get("target", ""), discover(profiles, warnings)), profiles)
+    session = with_state(find(args, profiles, warnings), profiles)
     screen = session.get("_screen", "")
     tail = [line for line in _lines(screen) if line.strip()][-int(args.get("tail", 8)) :]
     out = public(session)
@@ -1368,7 +1383,7 @@ def op_deliver(args: dict, profiles: dict) -> dict:
     if not isinstance(text, str) or not text.strip():
         raise HelperError("empty_text", "the message text is empty")
     warnings: list = []
-    session = resolve(args.get("target", ""), discover(profiles, warnings))
+    session = find(args, profiles, warnings)
     lane = args.get("lane") or "auto"
     pane = session.get("_pane") if "_record" in session else session
     expect = args.get("expect_engine")
@@ -1401,7 +1416,7 @@ def op_wait(args: dict, profiles: dict) -> dict:
         raise HelperError("bad_request", "until must be idle or exited, not %r" % until)
     timeout = float(args.get("timeout_s", 600))
     warnings: list = []
-    session = resolve(args.get("target", ""), discover(profiles, warnings))
+    session = find(args, profiles, warnings)
     started = time.monotonic()
     if "_record" in session and "inbox" in session["lanes"]:
         result = wait_claude(session, until, timeout)
@@ -1422,7 +1437,7 @@ def op_read(args: dict, profiles: dict) -> dict:
     target = args.get("target", "")
     warnings: list = []
     try:
-        session = resolve(target, discover(profiles, warnings))
+        session = find(args, profiles, warnings)
     except HelperError as exc:
         if exc.code != "session_not_found":
             raise
