@@ -133,6 +133,10 @@ class Context:
                 self._transports[host] = SSHTransport(host, cfg, self.fleet.defaults, profiles)
         return self._transports[host]
 
+    def connect_seconds(self, host: str) -> float | None:
+        """How long this invocation's connection to host took to open (None: local, or never connected)."""
+        return getattr(self._transports.get(host), "connect_seconds", None)
+
     def timeout(self, host: str) -> float:
         cfg = self.fleet.host(host)
         return cfg.request_timeout or self.fleet.defaults.request_timeout

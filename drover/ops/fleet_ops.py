@@ -78,7 +78,7 @@ async def fleet_check(ctx: Context, req: CheckRequest) -> Result:
     rows = await fan_out_each(ctx, hosts, hello)
     out = []
     for host, data, err in rows:
-        connect = getattr(ctx._transports.get(host), "connect_seconds", None)
+        connect = ctx.connect_seconds(host)
         out.append(_row(host, data, err, timings.get(host, 0.0), connect))
     errors = [err.to_dict() for _h, _d, err in rows if err is not None]
     return Result({"hosts": out}, errors, fan_exit(rows))

@@ -14,6 +14,7 @@ Answer:   {"helper": 1, "ok": true, "data": ...}
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import re
@@ -731,8 +732,6 @@ def _uds_address(path: str) -> str:
 
 def _peer_token(rec: dict) -> str | None:
     sock = rec.get("messagingSocketPath") or ""
-    import hashlib
-
     key = os.path.join(os.path.dirname(rec["_path"]), "%d.%s.key" % (rec["pid"], hashlib.sha256(sock.encode()).hexdigest()))
     try:
         with open(key, encoding="utf-8") as f:
@@ -813,8 +812,13 @@ class ReplySocket:
                     return msg
 
 
-def inbox_send(rec: dict, lines: list) -> dict | None:
-    """Write lines to the session's inbox. None when sent; else a failed outcome (stale or missing socket)."""
+def inbox_send(rec: dict, line: str) -> dict | None:
+    """Write one line to the session's inbox, after the auth line when its peer token is readable.
+
+    None when sent; else a failed outcome (stale or missing socket).
+    """
+    token = _peer_token(rec)
+    lines = ([json.dumps({"type": "auth", "token": token})] if token else []) + [line]
     path = str(rec.get("messagingSocketPath"))
     conn = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
     conn.settimeout(5.0)
@@ -967,9 +971,7 @@ def deliver_inbox(session: dict, text: str, args: dict) -> dict:
         if len(line) > INBOX_MAX_LINE:
             detail = "the message line is %d characters; Claude's inbox drops lines over %d" % (len(line), INBOX_MAX_LINE)
             return dict(base, outcome="refused", code="too_large", detail=detail)
-        token = _peer_token(rec)
-        lines = ([json.dumps({"type": "auth", "token": token})] if token else []) + [line]
-        failed = inbox_send(rec, lines)
+        failed = inbox_send(rec, line)
         if failed is not None:
             return dict(base, **failed)
         wait = float(args.get("receipt_wait_s", 1.5))
@@ -1022,8 +1024,7 @@ def wait_claude(session: dict, until: str, timeout: float) -> dict:
         line = json.dumps(
             {"type": "control", "action": "notify_when_idle", "from": reply.address, "msg_id": msg_id, "from_mode": "prompting"}
         )
-        token = _peer_token(rec)
-        failed = inbox_send(rec, ([json.dumps({"type": "auth", "token": token})] if token else []) + [line])
+        failed = inbox_send(rec, line)
         if failed is not None:
             raise HelperError(failed["code"], failed["detail"])
         # It may have gone idle between our look and the subscription: look once more.
@@ -1418,16 +1419,15 @@ def op_wait(args: dict, profiles: dict) -> dict:
     warnings: list = []
     session = find(args, profiles, warnings)
     started = time.monotonic()
-    if "_record" in session and "inbox" in session["lanes"]:
+    claude = "_record" in session
+    if claude and (until == "exited" or "inbox" in session["lanes"]):
+        # Exit is watched on the process; idle comes as Claude's own notice through the inbox.
         result = wait_claude(session, until, timeout)
-    elif "_record" in session:
-        result = (
-            wait_claude(dict(session, _record=dict(session["_record"], status="")), "exited", timeout)
-            if until == "exited"
-            else wait_pane(session["_pane"], until, timeout, profiles)
-        )
     else:
-        result = wait_pane(session, until, timeout, profiles)
+        pane = session.get("_pane") if claude else session
+        if pane is None:
+            raise HelperError("bad_request", "%s has neither an inbox nor a pane to watch" % _brief(session))
+        result = wait_pane(pane, until, timeout, profiles)
     result["waited_s"] = round(time.monotonic() - started, 3)
     result["session"] = public(session)
     return result
