@@ -9,6 +9,8 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any
 
+from drover.remote import protocol as P
+
 
 class ExitCode(IntEnum):
     """The process exit codes drover documents (README, `drover --help`)."""
@@ -17,7 +19,7 @@ class ExitCode(IntEnum):
     INTERNAL = 1  # a bug in drover: please report it (run with --debug for the traceback)
     USAGE = 2  # bad arguments, malformed JSON, unknown op, empty text
     HELD = 3  # the receiver holds the message for its human
-    REFUSED = 4  # refused (by the receiver, or by drover's guard or limits) or dropped
+    REFUSED = 4  # refused (by the receiver, or by drover's guard or limits) or dropped; guard check: would refuse
     FAILED = 5  # never reached the receiver: host unreachable, auth, timeout, tmux stuck
     TARGET = 6  # unknown host, unknown or ambiguous session
     CONFIG = 7  # the fleet file is invalid or cannot be read/written
@@ -27,19 +29,36 @@ class ExitCode(IntEnum):
 
 
 OUTCOME_EXIT = {
-    "delivered": ExitCode.OK,
-    "queuedBehindTurn": ExitCode.OK,
-    "held": ExitCode.HELD,
-    "refused": ExitCode.REFUSED,
-    "dropped": ExitCode.REFUSED,
-    "failed": ExitCode.FAILED,
+    P.DELIVERED: ExitCode.OK,
+    P.QUEUED: ExitCode.OK,
+    P.HELD: ExitCode.HELD,
+    P.REFUSED: ExitCode.REFUSED,
+    P.DROPPED: ExitCode.REFUSED,
+    P.FAILED: ExitCode.FAILED,
 }
+
+# The exit code of each class of code in drover/remote/protocol.py: every code's exit code follows from its class.
+CLASS_EXIT = {
+    P.USAGE: ExitCode.USAGE,
+    P.TARGET: ExitCode.TARGET,
+    P.CONFIG: ExitCode.CONFIG,
+    P.REFUSAL: ExitCode.REFUSED,
+    P.DROP: ExitCode.REFUSED,
+    P.FAILURE: ExitCode.FAILED,
+    P.TIMEOUT: ExitCode.TIMEOUT,
+    P.INTERNAL: ExitCode.INTERNAL,
+}
+
+
+def exit_code_of(code: str) -> ExitCode:
+    """The documented exit code for an error code (an unknown code is a failure, never success)."""
+    return CLASS_EXIT.get(P.CODES.get(code, P.FAILURE), ExitCode.FAILED)
 
 
 class DroverError(Exception):
     """Base of every error drover reports. `code` is stable; `message` is one human line; `hint` says what to do."""
 
-    code = "error"
+    code = P.INTERNAL_ERROR
     exit_code = ExitCode.INTERNAL
 
     def __init__(
@@ -79,33 +98,33 @@ class DroverError(Exception):
 
 
 class UsageError(DroverError):
-    code = "usage"
+    code = P.USAGE_ERROR
     exit_code = ExitCode.USAGE
 
 
 class BadJSON(UsageError):
-    code = "bad_json"
+    code = P.BAD_JSON
 
 
 class UnknownOp(UsageError):
-    code = "unknown_op"
+    code = P.UNKNOWN_OP
 
 
 class InvalidRequest(UsageError):
-    code = "invalid_request"
+    code = P.INVALID_REQUEST
 
 
 class EmptyText(UsageError):
-    code = "empty_text"
+    code = P.EMPTY_TEXT
 
 
 class ConfigError(DroverError):
-    code = "config"
+    code = P.CONFIG_ERROR
     exit_code = ExitCode.CONFIG
 
 
 class FleetInvalid(ConfigError):
-    code = "fleet_invalid"
+    code = P.FLEET_INVALID
 
     def __init__(self, path: str, problems: list[str]) -> None:
         self.problems = problems
@@ -119,65 +138,93 @@ class FleetInvalid(ConfigError):
 
 
 class TargetError(DroverError):
-    code = "target"
+    code = P.TARGET_ERROR
     exit_code = ExitCode.TARGET
 
 
 class UnknownHost(TargetError):
-    code = "unknown_host"
+    code = P.UNKNOWN_HOST
 
 
 class SessionNotFound(TargetError):
-    code = "session_not_found"
+    code = P.SESSION_NOT_FOUND
 
 
 class AmbiguousSession(TargetError):
-    code = "ambiguous_session"
+    code = P.AMBIGUOUS_SESSION
 
 
 class Refused(DroverError):
     """drover itself refuses to send (size or rate limits); recorded like any other outcome."""
 
-    code = "refused"
+    code = P.REFUSED_BY_DROVER
     exit_code = ExitCode.REFUSED
 
 
 class TransportError(DroverError):
     """The host could not be reached or did not answer in time."""
 
-    code = "unreachable"
+    code = P.UNREACHABLE
     exit_code = ExitCode.FAILED
 
 
 class HelperFailed(TransportError):
     """The helper ran but reported an error it could not recover from."""
 
-    code = "helper_error"
+    code = P.HELPER_ERROR
 
 
-# Helper error codes (drover/remote/helper.py) mapped onto the tree.
-HELPER_CODES: dict[str, type[DroverError]] = {
-    "session_not_found": SessionNotFound,
-    "ambiguous_session": AmbiguousSession,
-    "empty_text": EmptyText,
-    "no_transcript": SessionNotFound,
-    "bad_request": InvalidRequest,
-    "bad_lane": InvalidRequest,
-    "unknown_engine": InvalidRequest,
-    "bad_profile": ConfigError,
+# A helper error becomes the exception of its code's class.
+CLASS_ERROR: dict[str, type[DroverError]] = {
+    P.USAGE: InvalidRequest,
+    P.TARGET: TargetError,
+    P.CONFIG: ConfigError,
+    P.FAILURE: HelperFailed,
+}
+# Where the class's generic exception is not specific enough.
+CODE_ERROR: dict[str, type[DroverError]] = {
+    P.SESSION_NOT_FOUND: SessionNotFound,
+    P.NO_TRANSCRIPT: SessionNotFound,
+    P.AMBIGUOUS_SESSION: AmbiguousSession,
+    P.EMPTY_TEXT: EmptyText,
 }
 
 HELPER_HINTS = {
-    "session_not_found": "run `drover ls` to see the sessions",
-    "ambiguous_session": "name it exactly: a pane id such as %3, or session:window.pane",
-    "no_tmux": "install tmux on that host",
-    "tmux_timeout": "the tmux server may be stopped or overloaded",
+    P.SESSION_NOT_FOUND: "run `drover ls` to see the sessions",
+    P.AMBIGUOUS_SESSION: "name it exactly: a pane id such as %3, or session:window.pane",
+    P.NO_TMUX: "install tmux on that host",
+    P.TMUX_TIMEOUT: "the tmux server may be stopped or overloaded",
 }
 
 
 def from_helper(error: dict[str, Any], host: str) -> DroverError:
     """Turn a helper's error answer into the right exception."""
-    code = str(error.get("code", "helper_error"))
-    cls = HELPER_CODES.get(code, HelperFailed)
+    code = str(error.get("code", P.HELPER_ERROR))
+    cls = CODE_ERROR.get(code) or CLASS_ERROR.get(P.CODES.get(code, P.FAILURE), HelperFailed)
     details = {k: v for k, v in error.items() if k not in ("code", "message")}
     return cls(str(error.get("message", "the helper failed")), host=host, code=code, hint=HELPER_HINTS.get(code), details=details)
+
+
+# -- the truth file (drover/truth.py) ----------------------------------------------------------------------------
+class TruthFileError(ConfigError):
+    """The truth file cannot be used: drover will not send what it cannot record (exit code 7, config)."""
+
+    code = "truth_file_error"
+
+
+class TruthUnwritable(TruthFileError):
+    """The truth file or its directory cannot be written: read-only, permissions, I/O error."""
+
+    code = "truth_unwritable"
+
+
+class TruthDiskFull(TruthUnwritable):
+    """No space left for the truth file (ENOSPC, EDQUOT, or a file size limit)."""
+
+    code = "truth_disk_full"
+
+
+class TruthUnsafe(TruthFileError):
+    """The truth file or its directory is a symlink, someone else's, or writable by others: not trusted."""
+
+    code = "truth_unsafe"

@@ -146,7 +146,7 @@ def test_guard_refuses_the_real_trust_dialog_and_a_real_permission_dialog(claude
     assert "waiting for permission prompt" in pasted.data["detail"]
     # and the screen alone would have refused it too: the real dialog matches the claude profile
     screen = drover.run("guard.check", {"engine": "claude", "screen": asker.screen()})
-    assert screen.data["state"] == "dialog" and screen.exit_code == 1
+    assert screen.data["state"] == "dialog" and screen.exit_code == 4
     queued = send(asker, "a note for after the prompt")
     assert (queued.data["outcome"], queued.data["lane"]) == ("queuedBehindTurn", "inbox")
     stays(lambda: "Do you want to proceed?" in asker.screen(), 1, "the permission dialog staying unanswered")

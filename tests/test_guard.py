@@ -40,7 +40,7 @@ def test_guard_check_classifies_real_captures(cli: Any, name: str) -> None:
     data = res.json()["data"]
     assert data["state"] == state, data["reason"]
     # Claude and Codex queue typed input while busy, so only a dialog stops the paste.
-    assert res.code == (1 if state == "dialog" else 0)
+    assert res.code == (4 if state == "dialog" else 0)
     human = cli("guard", "check", "-e", engine, "-f", str(SCREENS / name))
     assert human.out.startswith(f"{state}: ")
     assert ("would be refused" in human.out) == (state == "dialog")
@@ -57,7 +57,7 @@ def test_fleet_profile_override_changes_the_verdict(cli: Any, tmp_path: Path) ->
     fleet = tmp_path / "fleet.toml"
     fleet.write_text('[engines.claude]\ndialog = ["Percolating"]\n', encoding="utf-8")
     res = cli("--fleet", str(fleet), "guard", "check", "-e", "claude", "-f", str(SCREENS / "claude-busy.txt"), "--json")
-    assert res.code == 1 and res.json()["data"]["state"] == "dialog"
+    assert res.code == 4 and res.json()["data"]["state"] == "dialog"
 
 
 # -- live panes ----------------------------------------------------------------------------------------------------

@@ -10,22 +10,26 @@ from pydantic import Field
 from drover.errors import DroverError
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.sessions import fan_exit, fan_out_each
+from drover.remote import protocol as P
 
-# Which step a transport error code means failed; the steps before it passed.
-STEPS = ["reachable", "host_key", "auth", "python"]
+# The steps of reaching a host's helper, in order; an error code names the step that failed (the ones before it
+# passed).  `shell` is the login shell running drover's command: a host can accept the connection and the login
+# and still fail there (a broken rc file), which is not "unreachable".
+STEPS = ["reachable", "host_key", "auth", "shell", "python"]
 FAILED_STEP = {
-    "connection_refused": "reachable",
-    "connect_timeout": "reachable",
-    "dns": "reachable",
-    "unreachable": "reachable",
-    "connection_lost": "reachable",
-    "unknown_host_key": "host_key",
-    "host_key_changed": "host_key",
-    "host_key": "host_key",
-    "auth_failed": "auth",
-    "ssh_error": "auth",
-    "python_missing": "python",
-    "python_too_old": "python",
+    P.CONNECTION_REFUSED: "reachable",
+    P.CONNECT_TIMEOUT: "reachable",
+    P.DNS: "reachable",
+    P.UNREACHABLE: "reachable",
+    P.CONNECTION_LOST: "reachable",
+    P.UNKNOWN_HOST_KEY: "host_key",
+    P.HOST_KEY_CHANGED: "host_key",
+    P.HOST_KEY: "host_key",
+    P.AUTH_FAILED: "auth",
+    P.SSH_ERROR: "auth",
+    P.SHELL_FAILED: "shell",
+    P.PYTHON_MISSING: "python",
+    P.PYTHON_TOO_OLD: "python",
 }
 
 

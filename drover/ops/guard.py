@@ -6,7 +6,9 @@ from pydantic import Field
 
 from drover.errors import ExitCode, InvalidRequest
 from drover.ops.core import Context, Request, Result, op
-from drover.remote import helper
+from drover.remote.profiles import merge_profiles
+from drover.remote.protocol import HelperError
+from drover.remote.screen import classify, paste_allowed
 
 
 class CheckRequest(Request):
@@ -17,16 +19,15 @@ class CheckRequest(Request):
 @op("guard.check", CheckRequest, "would the guarded paste go ahead on this screen? (state and reason)", "drover guard check")
 async def guard_check(ctx: Context, req: CheckRequest) -> Result:
     try:
-        profiles = helper.merge_profiles(ctx.fleet.profile_overrides())
-    except helper.HelperError as exc:
+        profiles = merge_profiles(ctx.fleet.profile_overrides())
+    except HelperError as exc:
         raise InvalidRequest(exc.message) from None
     if req.engine not in profiles:
         raise InvalidRequest(f"no profile for engine {req.engine!r}", hint="known: " + ", ".join(sorted(profiles)))
     profile = profiles[req.engine]
-    seen = helper.classify(req.screen, profile)
-    state = seen["state"]
-    go = state == "idle" or (state == "busy" and bool(profile.get("queues_when_busy")))
+    seen = classify(req.screen, profile)
+    go = paste_allowed(seen, profile)
     verdict = "paste would go ahead" if go else "paste would be refused"
-    data = {"engine": req.engine, "state": state, "reason": seen["reason"], "paste": go, "verdict": verdict}
-    # `guard check` is a yes/no question: 0 = go ahead, 1 = refused (not an error).
-    return Result(data, [], ExitCode.OK if go else 1)
+    data = {"engine": req.engine, "state": seen["state"], "reason": seen["reason"], "paste": go, "verdict": verdict}
+    # `guard check` is a yes/no question: 0 = go ahead, 4 = the guard would refuse (as `send` exits when it does).
+    return Result(data, [], ExitCode.OK if go else ExitCode.REFUSED)

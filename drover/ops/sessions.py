@@ -13,6 +13,7 @@ from drover import limits
 from drover.errors import OUTCOME_EXIT, DroverError, EmptyText, ExitCode, TargetError
 from drover.fleet import LOCAL
 from drover.ops.core import Context, Request, Result, op
+from drover.remote import protocol as P
 
 
 class ListRequest(Request):
@@ -80,13 +81,24 @@ async def fan_out_each(
     return list(await asyncio.gather(*(one(h) for h in hosts)))
 
 
+async def call_host(ctx: Context, host: str, helper_op: str, args: dict[str, Any], timeout: float | None = None) -> Any:
+    """One helper request; what the transport noticed on the way (a noisy login shell) joins the data's warnings."""
+    transport = ctx.transport(host)
+    data = await transport.call(helper_op, args, timeout=timeout or ctx.timeout(host))
+    noticed = getattr(transport, "warnings", None)
+    if noticed and isinstance(data, dict):
+        data["warnings"] = [*data.get("warnings", []), *noticed]
+        noticed.clear()
+    return data
+
+
 async def fan_out(
     ctx: Context, hosts: list[str], helper_op: str, args: dict[str, Any]
 ) -> list[tuple[str, Any, DroverError | None]]:
     """The same helper request to every host."""
 
     async def call(host: str) -> Any:
-        return await ctx.transport(host).call(helper_op, args, timeout=ctx.timeout(host))
+        return await call_host(ctx, host, helper_op, args)
 
     return await fan_out_each(ctx, hosts, call)
 
@@ -120,13 +132,11 @@ async def sessions_list(ctx: Context, req: ListRequest) -> Result:
 
 @op("sessions.status", StatusRequest, "alive, and doing what? state with evidence: screen, last line, since", "drover status")
 async def sessions_status(ctx: Context, req: StatusRequest) -> Result:
-    data = await ctx.transport(req.host).call("status", {"target": req.id, "tail": req.tail}, timeout=ctx.timeout(req.host))
+    data = await call_host(ctx, req.host, "status", {"target": req.id, "tail": req.tail})
     session = {"host": req.host, **data["session"]}
     return Result({"session": session, "warnings": data.get("warnings", [])})
 
 
-# Transport failures after the request was sent: the host may have acted on it.
-INDETERMINATE = {"connection_lost", "timeout", "paste_uncertain"}
 BRIEF = ("id", "server", "target", "name", "engine", "pid", "cwd")
 
 
@@ -141,7 +151,7 @@ def _brief(outcome: dict[str, Any]) -> dict[str, Any]:
 def _exit_for(outcome: dict[str, Any]) -> int:
     if outcome.get("error_class") == "target":
         return ExitCode.TARGET
-    return int(OUTCOME_EXIT.get(outcome.get("outcome", "failed"), ExitCode.FAILED))
+    return int(OUTCOME_EXIT.get(outcome.get("outcome", P.FAILED), ExitCode.FAILED))
 
 
 @op("sessions.message", MessageRequest, "deliver text to one session, safely, with a record", "drover send")
@@ -157,8 +167,8 @@ async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
     def check(recent: list[dict[str, Any]]) -> dict[str, Any] | None:
         if req.as_owner and not owner_ok:
             return {
-                "outcome": "refused",
-                "code": "owner_relay_off",
+                "outcome": P.REFUSED,
+                "code": P.OWNER_RELAY_OFF,
                 "detail": f"--as-owner is not allowed for {req.host}: set owner_relay = true under [hosts.{req.host}]",
             }
         return limits.check(lim, req.host, req.id, req.text, time.time(), recent)
@@ -176,30 +186,29 @@ async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
     )
     outcome: dict[str, Any]
     if refusal is not None:
-        outcome = {"outcome": "refused", "lane": None, **refusal}
+        outcome = {"outcome": P.REFUSED, "lane": None, **refusal}
     else:
         try:
             args = {
                 "target": req.id,
                 "text": req.text,
                 "actor": actor,
-                "mode": "prompting",
                 "lane": req.via,
                 "expect_engine": req.expect_engine,
                 "settle_s": fleet.defaults.settle_s,
                 "receipt_wait_s": fleet.defaults.receipt_wait_s,
                 "as_owner": req.as_owner,
             }
-            outcome = _brief(await ctx.transport(req.host).call("deliver", args, timeout=ctx.timeout(req.host)))
+            outcome = _brief(await call_host(ctx, req.host, "deliver", args))
         except DroverError as exc:
             outcome = {
-                "outcome": "failed",
+                "outcome": P.FAILED,
                 "lane": None,
                 "code": exc.code,
                 "detail": exc.message + (f" ({exc.hint})" if exc.hint else ""),
                 "error_class": "target" if isinstance(exc, TargetError) else None,
             }
-            if exc.code in INDETERMINATE:
+            if exc.code in P.INDETERMINATE:
                 # The request left; whether the paste happened is unknown. Never report it as delivered.
                 outcome["indeterminate"] = True
                 outcome["detail"] += "; the message may or may not have arrived: check with `drover status`"
@@ -224,12 +233,12 @@ async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
 async def sessions_wait(ctx: Context, req: WaitRequest) -> Result:
     args = {"target": req.id, "until": req.until, "timeout_s": req.timeout_s}
     # The host does the waiting; the request only needs to outlive it.
-    data = await ctx.transport(req.host).call("wait", args, timeout=req.timeout_s + ctx.timeout(req.host))
+    data = await call_host(ctx, req.host, "wait", args, timeout=req.timeout_s + ctx.timeout(req.host))
     data = {"host": req.host, "until": req.until, **data}
     if data.get("reached"):
         return Result(data)
     error = {
-        "code": "wait_timeout",
+        "code": P.WAIT_TIMEOUT,
         "message": f"{req.id} was still {data.get('state')} after {req.timeout_s:g}s",
         "host": req.host,
     }
@@ -252,5 +261,5 @@ async def sessions_read(ctx: Context, req: ReadRequest) -> Result:
             raise InvalidRequest(f"grep: {req.grep!r} is not a valid regular expression: {exc}") from None
     if req.since:
         args["since"] = since_ts(req.since)
-    data = await ctx.transport(req.host).call("read", args, timeout=ctx.timeout(req.host))
+    data = await call_host(ctx, req.host, "read", args)
     return Result({"host": req.host, **data})

@@ -1,4 +1,4 @@
-"""The `local` host: the helper runs in this process, on a daemon thread.
+"""The `local` host: the remote package runs in this process, on a daemon thread.
 
 A daemon thread rather than the event loop's executor: if a tmux server hangs past the request timeout, drover
 reports the timeout and exits instead of waiting for the stuck thread.
@@ -11,7 +11,8 @@ import threading
 from typing import Any
 
 from drover.errors import TransportError, from_helper
-from drover.remote import helper
+from drover.remote import main as helper
+from drover.remote import protocol as P
 
 
 def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -27,11 +28,12 @@ class LocalTransport:
     def __init__(self, host: str = "local", profiles: dict[str, Any] | None = None) -> None:
         self.host = host
         self.profiles = profiles or {}
+        self.warnings: list[str] = []
 
     async def call(self, op: str, args: dict[str, Any], *, timeout: float) -> Any:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        request = {"helper": helper.PROTOCOL, "op": op, "args": args, "profiles": self.profiles}
+        request = {"helper": P.PROTOCOL, "op": op, "args": args, "profiles": self.profiles}
 
         def run() -> None:
             try:
@@ -47,7 +49,9 @@ class LocalTransport:
         try:
             answer = await asyncio.wait_for(fut, timeout)
         except TimeoutError:
-            raise TransportError(f"the helper did not answer {op} within {timeout:g}s", host=self.host, code="timeout") from None
+            raise TransportError(
+                f"the helper did not answer {op} within {timeout:g}s", host=self.host, code=P.REQUEST_TIMEOUT
+            ) from None
         if not answer.get("ok"):
             raise from_helper(answer.get("error") or {}, self.host)
         return answer.get("data")

@@ -6,10 +6,10 @@
 - Host keys are verified against ~/.ssh/known_hosts, the host's `known_hosts` file and drover's own
   (~/.config/drover/known_hosts). An unknown key is an error that prints the fingerprint and how to trust it;
   a changed key is a loud error; `accept_new = true` trusts on first use and records the key.
-- The helper is sent on stdin after a length line and run by `python3 -I -c BOOTSTRAP`: nothing is left on the
-  remote host, and -I keeps the user's PYTHONPATH and site-packages out. The remote login shell still starts
-  (sshd runs every command through it), so a slow ~/.bashrc slows every call: keep rc files quiet for
-  non-interactive shells.
+- The remote side travels as one compressed bundle on stdin (drover/transport/bundle.py), run by a one-line
+  bootstrap that every login shell reads alike: nothing is left on the remote host, and the user's PYTHONPATH
+  and site-packages stay out. The remote login shell still starts (sshd runs every command through it), so a
+  slow ~/.bashrc slows every call; whatever it prints comes before the framed answer and becomes a warning.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shlex
 import socket
 import time
 from pathlib import Path
@@ -25,20 +24,10 @@ from typing import Any
 
 import asyncssh
 
-from drover.errors import DroverError, TransportError, from_helper
+from drover.errors import ConfigError, DroverError, TransportError, from_helper
 from drover.fleet import Defaults, HostConfig
-from drover.remote import helper
-
-HELPER_SOURCE = Path(helper.__file__).read_bytes()
-# Exit 97: the interpreter is too old for the helper. The helper's own main() answers everything else in JSON.
-BOOTSTRAP = (
-    "import sys\n"
-    "if sys.version_info < (3, 8): sys.exit(97)\n"
-    "s = sys.stdin.buffer; n = int(s.readline()); g = {'__name__': 'drover_helper'}\n"
-    "exec(compile(s.read(n), 'drover-helper', 'exec'), g); sys.exit(g['main']())"
-)
-EXIT_NOT_FOUND = 127
-EXIT_TOO_OLD = 97
+from drover.remote import protocol as P
+from drover.transport import bundle
 
 
 def drover_known_hosts() -> Path:
@@ -79,7 +68,7 @@ class HostKeyJudge:
 
     def error(self) -> TransportError:
         if self.seen is None:
-            return TransportError("the host key could not be verified", host=self.name, code="host_key")
+            return TransportError("the host key could not be verified", host=self.name, code=P.HOST_KEY)
         host, port, key = self.seen
         where = host if port == 22 else f"[{host}]:{port}"
         fingerprint = key.get_fingerprint("sha256")
@@ -88,7 +77,7 @@ class HostKeyJudge:
                 f"HOST KEY CHANGED for {where}: it now presents {fingerprint}, which is not the key in known_hosts. "
                 "This may be an attack; drover will not connect",
                 host=self.name,
-                code="host_key_changed",
+                code=P.HOST_KEY_CHANGED,
                 hint=f"if the host was reinstalled, remove the old key with `ssh-keygen -R '{where}'` and check the new one",
                 details={"fingerprint": fingerprint},
             )
@@ -96,7 +85,7 @@ class HostKeyJudge:
         return TransportError(
             f"unknown host key for {where}: {key.get_algorithm()} {fingerprint}",
             host=self.name,
-            code="unknown_host_key",
+            code=P.UNKNOWN_HOST_KEY,
             hint=f"if that is the host's fingerprint, trust it with `{scan} >> ~/.ssh/known_hosts`, "
             f"or set accept_new = true under [hosts.{self.name}] in fleet.toml",
             details={"fingerprint": fingerprint},
@@ -124,6 +113,22 @@ def _known_hosts_data(cfg: HostConfig) -> bytes:
     return b"\n".join(chunks)
 
 
+def read_answer(stdout: bytes) -> tuple[dict[str, Any] | None, bytes]:
+    """(the framed answer, the noise before it): login-shell output can precede the answer but not corrupt it."""
+    at = stdout.find(P.ANSWER_MARK)
+    if at < 0:
+        return None, stdout
+    head, _, rest = stdout[at + len(P.ANSWER_MARK) :].partition(b"\n")
+    try:
+        length = int(head)
+        answer = json.loads(rest[:length])
+    except ValueError:
+        return None, stdout[:at]
+    if len(rest) < length or not isinstance(answer, dict):
+        return None, stdout[:at]
+    return answer, stdout[:at]
+
+
 class SSHTransport:
     def __init__(self, host: str, cfg: HostConfig, defaults: Defaults, profiles: dict[str, Any] | None = None) -> None:
         self.host = host
@@ -133,6 +138,7 @@ class SSHTransport:
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
         self.connect_seconds: float | None = None
+        self.warnings: list[str] = []
 
     # -- connection ------------------------------------------------------------------------------------------
     async def _connection(self) -> asyncssh.SSHClientConnection:
@@ -172,82 +178,111 @@ class SSHTransport:
             raise TransportError(
                 f"authentication refused by {where}: {exc.reason}",
                 host=self.host,
-                code="auth_failed",
+                code=P.AUTH_FAILED,
                 hint="check the host's `identity` and `user` in fleet.toml, ~/.ssh/config, or your ssh-agent",
             ) from None
         except (TimeoutError, asyncssh.misc.ConnectionLost) as exc:
             if isinstance(exc, asyncssh.misc.ConnectionLost):
                 raise TransportError(
-                    f"{where} closed the connection during the SSH handshake", host=self.host, code="connection_lost"
+                    f"{where} closed the connection during the SSH handshake", host=self.host, code=P.CONNECTION_LOST
                 ) from None
             raise TransportError(
                 f"no SSH answer from {where} within {self.connect_timeout:g}s",
                 host=self.host,
-                code="connect_timeout",
+                code=P.CONNECT_TIMEOUT,
                 hint="is the host up, the port right, and sshd (not something else) listening there?",
             ) from None
         except ConnectionRefusedError:
             raise TransportError(
-                f"connection refused by {where}", host=self.host, code="connection_refused", hint="is sshd running, on that port?"
+                f"connection refused by {where}", host=self.host, code=P.CONNECTION_REFUSED, hint="is sshd running, on that port?"
             ) from None
         except socket.gaierror as exc:
-            raise TransportError(f"cannot resolve {target}: {exc.strerror}", host=self.host, code="dns") from None
+            raise TransportError(f"cannot resolve {target}: {exc.strerror}", host=self.host, code=P.DNS) from None
         except asyncssh.DisconnectError as exc:
-            raise TransportError(f"{where} refused the SSH session: {exc.reason}", host=self.host, code="ssh_error") from None
+            raise TransportError(f"{where} refused the SSH session: {exc.reason}", host=self.host, code=P.SSH_ERROR) from None
         except OSError as exc:
-            raise TransportError(f"cannot reach {where}: {exc.strerror or exc}", host=self.host, code="unreachable") from None
+            raise TransportError(f"cannot reach {where}: {exc.strerror or exc}", host=self.host, code=P.UNREACHABLE) from None
         except asyncssh.Error as exc:  # e.g. a jump host that will not open the tunnel
             via = f" via {cfg.proxy_jump}" if cfg.proxy_jump else ""
-            raise TransportError(f"SSH to {where}{via} failed: {exc.reason}", host=self.host, code="ssh_error") from None
+            raise TransportError(f"SSH to {where}{via} failed: {exc.reason}", host=self.host, code=P.SSH_ERROR) from None
 
     # -- requests --------------------------------------------------------------------------------------------
     async def call(self, op: str, args: dict[str, Any], *, timeout: float) -> Any:
         conn = await self._connection()
-        request = json.dumps({"helper": helper.PROTOCOL, "op": op, "args": args, "profiles": self.profiles}).encode()
-        stdin = str(len(HELPER_SOURCE)).encode() + b"\n" + HELPER_SOURCE + request
-        python = shlex.quote(self.cfg.python)
-        command = f"exec {python} -I -c {shlex.quote(BOOTSTRAP)}"
+        request = json.dumps({"helper": P.PROTOCOL, "op": op, "args": args, "profiles": self.profiles}).encode() + b"\n"
         try:
-            result = await asyncio.wait_for(self._run(conn, command, stdin), timeout)
+            command = bundle.command(self.cfg.python)
+        except ValueError as exc:
+            raise ConfigError(str(exc), host=self.host, hint=f"fix python under [hosts.{self.host}] in fleet.toml") from None
+        try:
+            result = await asyncio.wait_for(self._run(conn, command, bundle.preamble() + request), timeout)
         except TimeoutError:
             raise TransportError(
-                f"no answer to {op} within {timeout:g}s (the request may still complete there)", host=self.host, code="timeout"
+                f"no answer to {op} within {timeout:g}s (the request may still complete there)",
+                host=self.host,
+                code=P.REQUEST_TIMEOUT,
             ) from None
         except (asyncssh.Error, OSError) as exc:
             self._conn = None
             raise TransportError(
-                f"the SSH connection was lost during {op}: {exc}", host=self.host, code="connection_lost"
+                f"the SSH connection was lost during {op}: {exc}", host=self.host, code=P.CONNECTION_LOST
             ) from None
         stdout = result.stdout if isinstance(result.stdout, bytes) else b""
         stderr = result.stderr.decode("utf-8", "replace").strip() if isinstance(result.stderr, bytes) else ""
-        if result.exit_status == EXIT_NOT_FOUND:
+        answer, noise = read_answer(stdout)
+        if answer is None:
+            raise self._no_answer(op, result.exit_status, result.exit_signal is not None, stdout, stderr)
+        if noise:
+            self.warnings.append(f"the login shell printed {len(noise)} bytes before the helper's answer: {noise[:120]!r}")
+        if answer.get("helper") != P.PROTOCOL:
             raise TransportError(
-                f"{self.cfg.python!r} was not found on the host",
+                f"the helper speaks protocol {answer.get('helper')!r}, drover needs {P.PROTOCOL}",
                 host=self.host,
-                code="python_missing",
-                hint=f"install python3 (3.8+) there, or set python = '/path/to/python3' under [hosts.{self.host}]",
+                code=P.PROTOCOL_MISMATCH,
             )
-        if result.exit_status == EXIT_TOO_OLD:
-            raise TransportError(f"{self.cfg.python} on the host is older than 3.8", host=self.host, code="python_too_old")
-        if result.exit_status is None or result.exit_signal or (result.exit_status and not stdout):
-            self._conn = None if result.exit_status is None else self._conn
-            detail = stderr.splitlines()[-1] if stderr else f"exit status {result.exit_status}, signal {result.exit_signal}"
-            raise TransportError(f"the helper died during {op}: {detail}", host=self.host, code="connection_lost")
-        try:
-            answer = json.loads(stdout)
-        except ValueError:
+        if answer.get("bundle") != bundle.bundle_hash():
             raise TransportError(
-                f"the helper's answer to {op} is not JSON: {stdout[:200]!r} {stderr[-200:]}", host=self.host, code="helper_error"
-            ) from None
-        if answer.get("helper") != helper.PROTOCOL:
-            raise TransportError(
-                f"the helper speaks protocol {answer.get('helper')!r}, drover needs {helper.PROTOCOL}",
+                f"the helper on the host runs bundle {answer.get('bundle')!r}, not the one drover sent "
+                f"({bundle.bundle_hash()}): the code arrived damaged",
                 host=self.host,
-                code="protocol",
+                code=P.BUNDLE_MISMATCH,
             )
         if not answer.get("ok"):
             raise from_helper(answer.get("error") or {}, self.host)
         return answer.get("data")
+
+    def _no_answer(self, op: str, status: int | None, signal: bool, stdout: bytes, stderr: str) -> DroverError:
+        """Why there is no answer: each step that can fail before the helper speaks, named."""
+        python = self.cfg.python
+        last = stderr.splitlines()[-1] if stderr else ""
+        if status == P.EXIT_NOT_FOUND:
+            return TransportError(
+                f"{python!r} was not found on the host",
+                host=self.host,
+                code=P.PYTHON_MISSING,
+                hint=f"install python3 (3.6+) there, or set python = '/path/to/python3' under [hosts.{self.host}]",
+            )
+        if status == P.EXIT_TOO_OLD:
+            need = ".".join(map(str, P.MIN_PYTHON))
+            return TransportError(f"{python} on the host is older than {need}", host=self.host, code=P.PYTHON_TOO_OLD)
+        if status is None or signal:
+            self._conn = None if status is None else self._conn
+            detail = last or f"exit status {status}" + (", killed by a signal" if signal else "")
+            return TransportError(f"the helper died during {op}: {detail}", host=self.host, code=P.CONNECTION_LOST)
+        if status != 0 and not stdout and last:
+            # The connection and the login worked; the login shell could not run the command (a broken rc file, a
+            # shell that parses it differently).  Say so: this is not "unreachable".
+            return TransportError(
+                f"the login shell on the host could not start the helper (exit {status}): {last}",
+                host=self.host,
+                code=P.SHELL_FAILED,
+                hint="check the login shell and its rc files for non-interactive use (ssh HOST true)",
+            )
+        return TransportError(
+            f"the helper's answer to {op} is missing or cut short (exit {status}): {stdout[-200:]!r} {last[-200:]}",
+            host=self.host,
+            code=P.HELPER_ERROR,
+        )
 
     @staticmethod
     async def _run(conn: asyncssh.SSHClientConnection, command: str, stdin: bytes) -> asyncssh.SSHCompletedProcess:

@@ -1,0 +1,200 @@
+"""Claude Code sessions: the registry in ~/.claude/sessions, liveness, and the permission class a session runs in.
+
+The facts are in shared/design/claude-code-inbox.md; Anthropic calls these formats internal, so anything drover
+does not understand is skipped with a warning, never guessed at.
+"""
+
+import glob
+import json
+import os
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import procs, tmux
+from .protocol import HelperError
+from .screen import lines_of
+
+Record = Dict[str, Any]
+
+
+def claude_dir() -> str:
+    return os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+
+
+def stale_reason(rec: Record, domain: Optional[str]) -> Optional[str]:
+    """Why a record no longer names a live session (None: it does).  The pid alone is not enough: pids are reused."""
+    pid = rec["pid"]
+    if rec.get("pidDomain") and domain and rec["pidDomain"] != domain:
+        return "recorded in another pid namespace or machine (%s): its pid cannot be checked here" % rec["pidDomain"]
+    started = procs.proc_start(pid)
+    if started is None:
+        return "pid %d is gone" % pid
+    if rec.get("procStart") is not None and str(rec["procStart"]) != started:
+        return "pid %d now belongs to another process (procStart differs)" % pid
+    return None
+
+
+def records(warnings: List[str]) -> Tuple[List[Record], List[Dict[str, Any]]]:
+    """(live records, stale records) from the registry; unreadable records are skipped with a warning."""
+    folder = os.path.join(claude_dir(), "sessions")
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return [], []
+    live, stale = [], []
+    domain = procs.pid_domain()
+    for name in names:
+        if not re.match(r"^\d+\.json$", name):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                rec = json.load(f)
+        except (OSError, ValueError) as exc:
+            warnings.append("skipped Claude session record %s: %s" % (path, exc))
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("pid"), int) or not isinstance(rec.get("sessionId"), str):
+            warnings.append("skipped Claude session record %s: no pid or sessionId" % path)
+            continue
+        reason = stale_reason(rec, domain)
+        if reason:
+            stale.append({"pid": rec["pid"], "id": rec["sessionId"], "name": rec.get("name"), "reason": reason, "record": path})
+        else:
+            rec["_path"] = path
+            live.append(rec)
+    return live, stale
+
+
+def record_now(rec: Record) -> Optional[Record]:
+    """The record as it is on disk now, if it still names the same session."""
+    try:
+        with open(rec["_path"], encoding="utf-8") as f:
+            now = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return now if isinstance(now, dict) and now.get("sessionId") == rec["sessionId"] else None
+
+
+def alive(rec: Record) -> bool:
+    return stale_reason(rec, procs.pid_domain()) is None
+
+
+def _state(rec: Record) -> Tuple[str, str]:
+    status = rec.get("status")
+    if status == "idle":
+        return "idle", "Claude reports idle"
+    if status == "busy":
+        return "busy", "a turn is running"
+    if status == "waiting":
+        return "waiting", "waiting for %s" % (rec.get("waitingFor") or "something")
+    return "unknown", "Claude reports status %r" % status
+
+
+def session_from_record(rec: Record, pane: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    former = [n for n in rec.get("formerNames") or [] if isinstance(n, str)]
+    state, reason = _state(rec)
+    lanes = (["inbox"] if rec.get("messagingSocketPath") else []) + (["tmux"] if pane else [])
+    updated = rec.get("statusUpdatedAt") or rec.get("updatedAt") or rec.get("startedAt")
+    return {
+        "id": rec["sessionId"],
+        "server": pane["server"] if pane else None,
+        "target": pane["target"] if pane else None,
+        "pane": pane["id"] if pane else None,
+        "name": rec.get("name") or rec["sessionId"][:8],
+        "former_names": former,
+        "engine": "claude",
+        "pid": rec["pid"],
+        "engine_pid": rec["pid"],
+        "command": "claude",
+        "cwd": rec.get("cwd") or "",
+        "title": pane["title"] if pane else "",
+        "since": int(updated / 1000) if isinstance(updated, (int, float)) else None,
+        "dead": False,
+        "in_mode": pane["in_mode"] if pane else False,
+        "input_off": pane["input_off"] if pane else False,
+        "lanes": lanes,
+        "state": state,
+        "reason": reason,
+        "waiting_for": rec.get("waitingFor"),
+        "kind": rec.get("kind"),
+        "version": rec.get("version"),
+        "aliases": [rec["sessionId"], str(rec["pid"])] + former + (pane["aliases"] if pane else []),
+        "_record": rec,
+        "_pane": pane,
+    }
+
+
+def transcripts(session_id: str) -> List[str]:
+    return glob.glob(os.path.join(claude_dir(), "projects", "*", "%s.jsonl" % glob.escape(session_id)))
+
+
+# -- the permission class a session runs in ---------------------------------------------------------------------
+
+FOOTER_MODES = [
+    ("bypass permissions on", "bypassPermissions"),
+    ("accept edits on", "acceptEdits"),
+    ("auto mode on", "auto"),
+    ("plan mode on", "plan"),
+    ("manual mode on", "default"),
+]
+
+
+def _transcript_mode(session_id: str) -> Optional[str]:
+    mode = None
+    for path in transcripts(session_id):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if "ermission" not in line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                found = rec.get("permissionMode") if isinstance(rec, dict) else None
+                if isinstance(found, str):
+                    mode = found
+    return mode
+
+
+def _screen_mode(pane: Optional[Dict[str, Any]]) -> Optional[str]:
+    if pane is None:
+        return None
+    try:
+        screen = tmux.capture(pane["socket"], pane["id"])
+    except HelperError:
+        return None  # no screen is just no evidence
+    for line in reversed(lines_of(screen)[-6:]):
+        for words, mode in FOOTER_MODES:
+            if words in line:
+                return mode
+    return None
+
+
+def _argv_mode(pid: int) -> Optional[str]:
+    argv = procs.argv_of(pid)
+    if argv is None:
+        return None
+    if "--dangerously-skip-permissions" in argv:
+        return "bypassPermissions"
+    if "--permission-mode" in argv and argv.index("--permission-mode") + 1 < len(argv):
+        return argv[argv.index("--permission-mode") + 1]
+    return None
+
+
+def permission_class(session: Dict[str, Any]) -> Tuple[str, Optional[str], Optional[str]]:
+    """('bypass' | 'prompting', the mode seen, where it was seen) for a Claude session.
+
+    The transcript's latest permission mode is authoritative (it follows shift+tab), but a session writes its
+    transcript only from its first turn; before that, the footer on its screen, then its command line.
+    """
+    rec = session["_record"]
+    finders = (
+        ("transcript", lambda: _transcript_mode(rec["sessionId"])),
+        ("screen", lambda: _screen_mode(session.get("_pane"))),
+        ("command line", lambda: _argv_mode(rec["pid"])),
+    )
+    for source, finder in finders:
+        mode = finder()
+        if mode:
+            return ("bypass" if mode == "bypassPermissions" else "prompting"), mode, source
+    return "prompting", None, None

@@ -1,0 +1,76 @@
+"""Delivery: every decision about one message in one place -- which lane, which permission class is declared,
+and what the text looks like when it leaves (neutralised, and enveloped for agents).  The lanes only carry it.
+"""
+
+from typing import Any, Dict, Tuple
+
+from . import claude, inbox, tmux_lane
+from . import protocol as P
+from .discovery import Profiles, Session, brief, find, pane_of, public
+from .protocol import HelperError
+from .text import envelope, neutralise
+
+
+def declared_class(session: Session, args: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
+    """The permission class drover declares, and the evidence for it.
+
+    A message is information, never authority: `prompting`, unless the owner relays their own words (--as-owner,
+    allowed per host by the client), in which case the class the target session really runs in.
+    """
+    if not args.get("as_owner") or "_record" not in session:
+        return "prompting", {}
+    mode, seen_mode, seen_in = claude.permission_class(session)
+    return mode, {"target_permission_mode": seen_mode, "permission_mode_source": seen_in}
+
+
+def _wants_envelope(session: Session, profiles: Profiles) -> bool:
+    return bool(profiles.get(session["engine"], {}).get("envelope"))
+
+
+def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    text = args.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise HelperError(P.EMPTY_TEXT, "the message text is empty")
+    session = find(args, profiles, [])
+    lane = args.get("lane") or "auto"
+    if lane not in ("auto", "inbox", "tmux"):
+        raise HelperError(P.BAD_LANE, "unknown lane %r: auto, inbox or tmux" % lane)
+    expect = args.get("expect_engine")
+    if expect and expect != session["engine"]:
+        detail = "the session runs %s, not %s" % (session["engine"], expect)
+        return tmux_lane.refusal(P.ENGINE_MISMATCH, detail, session)
+    actor = args.get("actor") or "unknown"
+    mode, evidence = declared_class(session, args)
+    # Not keystrokes on the inbox lane, but the receiver draws the text in a terminal: neutralised on every lane.
+    body = neutralise(text)
+    pane = pane_of(session)
+
+    if lane == "inbox" or (lane == "auto" and "inbox" in session["lanes"]):
+        if "inbox" not in session["lanes"]:
+            raise HelperError(P.BAD_LANE, "%s has no inbox (only Claude Code sessions do); use --via tmux" % brief(session))
+        base = dict(evidence, session=public(session), declared_mode=mode)
+        outcome = inbox.deliver(session, lambda reply: envelope(body, actor, mode, from_addr=reply), args, base)
+        if lane == "auto" and outcome.get("code") == P.SOCKET_MISSING and pane is not None:
+            fallback = _paste(session, pane, body, actor, mode, args, profiles)
+            fallback["detail"] = "no inbox socket, so by guarded paste: " + fallback["detail"]
+            return fallback
+        return outcome
+    if pane is None:
+        raise HelperError(P.BAD_LANE, "%s has no tmux pane to paste into" % brief(session))
+    return _paste(session, pane, body, actor, mode, args, profiles)
+
+
+def _paste(
+    session: Session, pane: Session, body: str, actor: str, mode: str, args: Dict[str, Any], profiles: Profiles
+) -> Dict[str, Any]:
+    if "_record" in session and session["state"] == "waiting":
+        # Claude says it waits on its human: whatever the screen looks like, an Enter could answer that.
+        return tmux_lane.refusal(P.WAITING, "refused: Claude reports it is %s" % session["reason"], pane, P.WAITING)
+    enveloped = _wants_envelope(pane, profiles)
+    payload = envelope(body, actor, mode) if enveloped else body
+    outcome = tmux_lane.deliver(pane, payload, args, profiles)
+    if outcome.get("outcome") in (P.DELIVERED, P.QUEUED):
+        outcome["enveloped"] = enveloped
+    if enveloped:
+        outcome["declared_mode"] = mode
+    return outcome

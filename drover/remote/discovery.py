@@ -1,0 +1,132 @@
+"""Sessions: every pane of every tmux server and every live Claude Code session, and naming one of them."""
+
+import os
+from typing import Any, Dict, List
+
+from . import claude, procs, tmux
+from .protocol import AMBIGUOUS_SESSION, BAD_REQUEST, SESSION_NOT_FOUND, HelperError
+from .screen import classify, last_line
+
+Session = Dict[str, Any]
+Profiles = Dict[str, Dict[str, Any]]
+
+
+def _session_from_pane(pane: Dict[str, str], table: procs.ProcTable, profiles: Profiles) -> Session:
+    server = os.path.basename(pane["socket"])
+    target = "%s:%s.%s" % (pane["session_name"], pane["window_index"], pane["pane_index"])
+    engine, engine_pid = procs.detect_engine(int(pane["pane_pid"] or 0), table, profiles)
+    single = pane["window_panes"] == "1" and pane["session_windows"] == "1"
+    try:
+        since: Any = int(pane["window_activity"])
+    except ValueError:
+        since = None
+    return {
+        "id": pane["pane_id"],
+        "server": server,
+        "socket": pane["socket"],
+        "target": target,
+        "name": pane["session_name"] if single else target,
+        "engine": engine,
+        "pid": int(pane["pane_pid"] or 0),
+        "engine_pid": engine_pid,
+        "command": pane["pane_current_command"],
+        "cwd": pane["pane_current_path"],
+        "title": pane["pane_title"],
+        "since": since,
+        "dead": pane["pane_dead"] == "1",
+        "in_mode": pane["pane_in_mode"] == "1",
+        "input_off": pane["pane_input_off"] == "1",
+        "lanes": ["tmux"],
+        "aliases": [pane["pane_id"], "%s/%s" % (server, pane["pane_id"]), target, "%s/%s" % (server, target)],
+    }
+
+
+def discover(profiles: Profiles, warnings: List[str]) -> List[Session]:
+    """Every session on this host: live Claude Code sessions (with their pane, if any), then the other panes."""
+    panes = tmux.list_panes(warnings)
+    table = procs.proc_table() if panes else {}
+    pane_sessions = [_session_from_pane(p, table, profiles) for p in panes]
+    records, _stale = claude.records(warnings)
+    by_pid = {s["engine_pid"]: s for s in pane_sessions if s["engine"] == "claude"}
+    sessions, used = [], set()
+    for rec in records:
+        pane = by_pid.get(rec["pid"])
+        if pane is not None:
+            used.add(id(pane))
+        sessions.append(claude.session_from_record(rec, pane))
+    return sessions + [s for s in pane_sessions if id(s) not in used]
+
+
+def pane_of(session: Session) -> Any:
+    """The tmux pane a session lives in (itself, for a pane session), or None."""
+    return session.get("_pane") if "_record" in session else session
+
+
+def with_state(session: Session, profiles: Profiles) -> Session:
+    """The session's state with its evidence. Claude's own record is authoritative; the screen is evidence."""
+    pane = session.get("_pane")
+    if session["engine"] == "claude" and "_record" in session:
+        if pane is not None and not pane["dead"]:
+            try:
+                screen = tmux.capture(pane["socket"], pane["id"])
+            except HelperError:
+                screen = ""
+            session["_screen"] = screen
+            session["last_line"] = last_line(screen)
+            session["screen_state"] = classify(screen, profiles["claude"])["state"] if screen else "unknown"
+        return session
+    if session["dead"]:
+        session.update(state="gone", reason="the pane's program has exited (pane is dead)")
+        return session
+    try:
+        screen = tmux.capture(session["socket"], session["id"])
+    except HelperError as exc:
+        session.update(state="unknown", reason=exc.message)
+        return session
+    session.update(classify(screen, profiles[session["engine"]]))
+    if session["in_mode"] and session["state"] != "dialog":
+        session.update(state="waiting", reason="pane is in copy mode")
+    session["last_line"] = last_line(screen)
+    session["_screen"] = screen
+    return session
+
+
+def brief(session: Session) -> str:
+    return "%s (%s, %s)" % (session["id"], session["name"], session["engine"])
+
+
+def resolve(target: str, sessions: List[Session]) -> Session:
+    """One session for what the user typed: exact id/alias, then exact name, then a unique prefix."""
+    if not target:
+        raise HelperError(BAD_REQUEST, "no session named: give a pane id (%3), session:window.pane, or a name")
+    tiers = (
+        ("matches", lambda s: target == s["id"] or target in s["aliases"]),
+        ("matches", lambda s: target == s["name"]),
+        ("is a prefix of", lambda s: s["name"].startswith(target) or s["id"].startswith(target)),
+    )
+    for how, match in tiers:
+        hits = [s for s in sessions if match(s)]
+        if len(hits) == 1:
+            return hits[0]
+        if hits:
+            raise HelperError(
+                AMBIGUOUS_SESSION,
+                "%r %s %d sessions: %s" % (target, how, len(hits), ", ".join(brief(s) for s in hits[:10])),
+                candidates=[{"id": s["id"], "server": s["server"], "name": s["name"]} for s in hits],
+            )
+    known = ", ".join(brief(s) for s in sessions[:8]) or "none"
+    raise HelperError(SESSION_NOT_FOUND, "no session %r on this host (sessions here: %s)" % (target, known))
+
+
+def find(args: Dict[str, Any], profiles: Profiles, warnings: List[str]) -> Session:
+    """The session args["target"] names; when there is none, the host's warnings (no tmux, ...) say why."""
+    try:
+        return resolve(args.get("target", ""), discover(profiles, warnings))
+    except HelperError as exc:
+        if exc.code == SESSION_NOT_FOUND and warnings:
+            exc.message += "; note: " + "; ".join(warnings)
+        raise
+
+
+def public(session: Session) -> Session:
+    return {k: v for k, v in session.items() if not k.startswith("_") and k not in ("aliases", "socket")}

@@ -1,0 +1,210 @@
+"""Claude Code's inbox lane: the session's own Unix socket, a reply socket of ours, and the receipts.
+
+Protocol facts: shared/design/claude-code-inbox.md.  The receiver never writes back on the connection; receipts
+and idle notices come to the `from` address, a socket this process listens on.
+"""
+
+import hashlib
+import json
+import os
+import re
+import socket as socketlib
+import threading
+import time
+import uuid
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from . import protocol as P
+from .protocol import HelperError
+
+INBOX_MAX_LINE = 1048576
+# One reply socket per process (<pid>.sock, as the receiver requires): concurrent sends in one process share it.
+_REPLY_LOCK = threading.Lock()
+
+
+def _uds_address(path: str) -> str:
+    return "uds:" + "".join(ch if re.match(r"[A-Za-z0-9:_/.\-]", ch) else "%%%02X" % ord(ch) for ch in path)
+
+
+def _peer_token(rec: Dict[str, Any]) -> Optional[str]:
+    sock = rec.get("messagingSocketPath") or ""
+    key = os.path.join(os.path.dirname(rec["_path"]), "%d.%s.key" % (rec["pid"], hashlib.sha256(sock.encode()).hexdigest()))
+    try:
+        with open(key, encoding="utf-8") as f:
+            token = json.load(f).get("peerToken")
+    except (OSError, ValueError):
+        return None
+    return token if isinstance(token, str) else None
+
+
+class ReplySocket:
+    """The socket receipts and idle notices come back to: <pid>.sock beside the target's, listened on by us."""
+
+    def __init__(self, target_socket: str) -> None:
+        self.path = os.path.join(os.path.dirname(target_socket), "%d.sock" % os.getpid())
+        self.sock: Optional[socketlib.socket] = None
+
+    def __enter__(self) -> "ReplySocket":
+        _REPLY_LOCK.acquire()
+        try:
+            if os.path.exists(self.path):
+                os.unlink(self.path)  # ours from an earlier crash: the pid is ours now
+            sock = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+            sock.bind(self.path)
+            os.chmod(self.path, 0o600)
+            sock.listen(16)
+            self.sock = sock
+        except OSError as exc:
+            _REPLY_LOCK.release()
+            raise HelperError(P.REPLY_SOCKET, "cannot listen for receipts at %s: %s" % (self.path, exc)) from None
+        except BaseException:
+            _REPLY_LOCK.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.sock is not None:
+                self.sock.close()
+            if os.path.exists(self.path):
+                os.unlink(self.path)
+        finally:
+            _REPLY_LOCK.release()
+
+    @property
+    def address(self) -> str:
+        return _uds_address(self.path)
+
+    def wait_for(self, match: Callable[[Dict[str, Any]], bool], timeout: float) -> Optional[Dict[str, Any]]:
+        """The first JSON line for which match(line) is true, within timeout; None if none came."""
+        assert self.sock is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self.sock.settimeout(left)
+            try:
+                conn, _ = self.sock.accept()
+            except socketlib.timeout:
+                return None
+            with conn:
+                conn.settimeout(2.0)
+                data = b""
+                try:
+                    while b"\n" not in data and len(data) < 1 << 20:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                except socketlib.timeout:
+                    pass
+            for line in data.splitlines():
+                try:
+                    msg = json.loads(line.decode("utf-8", "replace"))
+                except ValueError:
+                    continue
+                if isinstance(msg, dict) and match(msg):
+                    return msg
+
+
+def send_line(rec: Dict[str, Any], line: str) -> Optional[Dict[str, Any]]:
+    """Write one line to the session's inbox, after the auth line when its peer token is readable.
+
+    None when sent; else a failed outcome (stale or missing socket).
+    """
+    token = _peer_token(rec)
+    lines = ([json.dumps({"type": "auth", "token": token})] if token else []) + [line]
+    path = str(rec.get("messagingSocketPath"))
+    conn = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    conn.settimeout(5.0)
+    try:
+        conn.connect(path)
+        conn.sendall(("".join(one + "\n" for one in lines)).encode("utf-8"))
+        conn.shutdown(socketlib.SHUT_WR)
+        # The receiver never writes back: wait for it to close, so we know it read everything.
+        while conn.recv(4096):
+            pass
+    except ConnectionRefusedError:
+        detail = "the inbox socket %s refuses connections: the session is gone" % path
+        return {"outcome": P.FAILED, "code": P.SOCKET_STALE, "detail": detail}
+    except FileNotFoundError:
+        return {"outcome": P.FAILED, "code": P.SOCKET_MISSING, "detail": "the inbox socket %s does not exist" % path}
+    except socketlib.timeout:
+        detail = "the inbox at %s did not read the message within 5s" % path
+        return {"outcome": P.FAILED, "code": P.INBOX_TIMEOUT, "detail": detail}
+    except OSError as exc:
+        return {"outcome": P.FAILED, "code": P.INBOX_ERROR, "detail": "cannot write to the inbox at %s: %s" % (path, exc)}
+    finally:
+        conn.close()
+    return None
+
+
+def receipt_outcome(receipt: Dict[str, Any]) -> Tuple[str, str, str]:
+    """(outcome, detail, code) for a peer_message_status receipt."""
+    status = receipt.get("status")
+    reason = receipt.get("reason") or ""
+    suffix = ": %s" % reason if reason else ""
+    if status == "expired" and receipt.get("status_detail") == "refused":
+        detail = "the receiver refuses messages from other sessions (crossSessionInbound = refuse)"
+        return P.REFUSED, detail, P.RECEIVER_REFUSED
+    if status == "expired":
+        return P.REFUSED, "held, then expired before its human answered", P.EXPIRED
+    if status == "dropped":
+        why = str(receipt.get("drop_reason") or "unknown")
+        return P.DROPPED, "the receiver dropped it: %s" % why, P.DROP_REASONS.get(why, P.RECEIVER_DROPPED)
+    if status == "held":
+        return P.HELD, "held by the receiver for its human (a 'Held message' dialog is on its screen)" + suffix, P.HELD
+    if status == "denied":
+        return P.REFUSED, "the receiver's human denied it" + suffix, P.DENIED
+    if status == "delivered":
+        return P.DELIVERED, "released by the receiver's human and delivered" + suffix, P.DELIVERED
+    return P.DELIVERED, "receipt %r%s" % (status, suffix), str(status)
+
+
+def deliver(session: Dict[str, Any], content: Callable[[str], str], args: Dict[str, Any], base: Dict[str, Any]) -> Dict[str, Any]:
+    """Send content(reply_address) -- the envelope, which names our reply socket -- and read the receipt."""
+    rec = session["_record"]
+    with ReplySocket(rec["messagingSocketPath"]) as reply:
+        msg_id = str(uuid.uuid4())
+        line = json.dumps(
+            {
+                "msgV": 1,
+                "msg_id": msg_id,
+                "type": "user",
+                "message": {"role": "user", "content": content(reply.address)},
+                "priority": "next",
+                "from": reply.address,
+                "session_id": rec["sessionId"],
+            },
+            ensure_ascii=False,
+        )
+        base = dict(base, lane="inbox", receiver_msg_id=msg_id)
+        if len(line) > INBOX_MAX_LINE:
+            detail = "the message line is %d characters; Claude's inbox drops lines over %d" % (len(line), INBOX_MAX_LINE)
+            return dict(base, outcome=P.REFUSED, code=P.TOO_LARGE, detail=detail)
+        failed = send_line(rec, line)
+        if failed is not None:
+            return dict(base, **failed)
+        wait = float(args.get("receipt_wait_s", 1.5))
+        receipt = reply.wait_for(lambda m: m.get("action") == "peer_message_status" and m.get("orig_msg_id") == msg_id, wait)
+    state = session["state"]
+    if receipt is None:
+        if state == "idle":
+            return dict(base, outcome=P.DELIVERED, detail="the inbox accepted it and the session was idle", state=state)
+        detail = "the inbox accepted it; it arrives when the turn allows (%s)" % session["reason"]
+        return dict(base, outcome=P.QUEUED, detail=detail, state=state)
+    outcome, detail, code = receipt_outcome(receipt)
+    return dict(base, outcome=outcome, detail=detail, code=code, receipt=receipt, state=state)
+
+
+def subscribe_idle(rec: Dict[str, Any], reply: ReplySocket) -> str:
+    """Ask the session for a notice when it goes idle; the subscription's msg_id."""
+    msg_id = str(uuid.uuid4())
+    line = json.dumps(
+        {"type": "control", "action": "notify_when_idle", "from": reply.address, "msg_id": msg_id, "from_mode": "prompting"}
+    )
+    failed = send_line(rec, line)
+    if failed is not None:
+        raise HelperError(failed["code"], failed["detail"])
+    return msg_id

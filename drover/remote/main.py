@@ -1,0 +1,158 @@
+"""Answering requests: one JSON line in, one framed JSON answer out, until stdin ends.
+
+Request:  {"helper": PROTOCOL, "op": "hello" | "list" | "status" | "deliver" | "wait" | "read" | "classify",
+           "args": {...}, "profiles": {ENGINE: {...overrides}}}
+Answer:   {"helper": PROTOCOL, "bundle": HASH, "ok": true, "data": ...}
+          {"helper": PROTOCOL, "bundle": HASH, "ok": false, "error": {"code": "...", "message": "...", ...}}
+
+Each answer is written as ANSWER_MARK + its length + newline + the JSON, so whatever a login shell printed
+before the helper started cannot be mistaken for it.
+"""
+
+import json
+import os
+import sys
+import time
+from typing import Any, BinaryIO, Callable, Dict, List, Optional
+
+from . import claude, delivery, discovery, tmux, transcripts, wait
+from . import protocol as P
+from .profiles import merge_profiles
+from .protocol import HelperError
+from .screen import classify, lines_of
+
+Profiles = Dict[str, Dict[str, Any]]
+
+
+def op_hello(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    warnings: List[str] = []
+    sessions = discovery.discover(profiles, warnings)
+    engines: Dict[str, int] = {}
+    for s in sessions:
+        engines[s["engine"]] = engines.get(s["engine"], 0) + 1
+    _live, stale = claude.records(warnings)
+    return {
+        "protocol": P.PROTOCOL,
+        "python": "%d.%d.%d" % sys.version_info[:3],
+        "platform": sys.platform,
+        "user": os.environ.get("USER") or str(os.getuid()),
+        "tmux": tmux.version(),
+        "engines": engines,
+        "stale_claude_sessions": stale,
+        "warnings": warnings,
+    }
+
+
+def op_list(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    warnings: List[str] = []
+    sessions = discovery.discover(profiles, warnings)
+    if args.get("state", True):
+        sessions = [discovery.with_state(s, profiles) for s in sessions]
+    return {"sessions": [discovery.public(s) for s in sessions], "warnings": warnings}
+
+
+def op_status(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    warnings: List[str] = []
+    session = discovery.with_state(discovery.find(args, profiles, warnings), profiles)
+    screen = session.get("_screen", "")
+    tail = [line for line in lines_of(screen) if line.strip()][-int(args.get("tail", 8)) :]
+    out = discovery.public(session)
+    out["tail"] = tail
+    return {"session": out, "warnings": warnings}
+
+
+def op_read(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    target = args.get("target", "")
+    try:
+        session: Optional[Dict[str, Any]] = discovery.find(args, profiles, [])
+    except HelperError as exc:
+        if exc.code != P.SESSION_NOT_FOUND:
+            raise
+        session = None  # a Codex rollout id, or an ended Claude session, may still have a transcript
+    path, engine = transcripts.transcript_for(session, target)
+    out = transcripts.read(path, engine, args)
+    out["session"] = discovery.public(session) if session else None
+    return out
+
+
+def op_classify(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    engine = args.get("engine", "shell")
+    if engine not in profiles:
+        known = ", ".join(sorted(profiles))
+        raise HelperError(P.UNKNOWN_ENGINE, "no profile for engine %r (known: %s)" % (engine, known))
+    return classify(args.get("screen", ""), profiles[engine])
+
+
+OPS: Dict[str, Callable[[Dict[str, Any], Profiles], Any]] = {
+    "hello": op_hello,
+    "list": op_list,
+    "status": op_status,
+    "deliver": delivery.deliver,
+    "wait": wait.wait,
+    "read": op_read,
+    "classify": op_classify,
+}
+
+
+def bundle_hash() -> Optional[str]:
+    """The hash of the bundle this helper was loaded from (set by the loader), or None when imported locally."""
+    package = sys.modules.get(__name__.rpartition(".")[0])
+    return getattr(package, "BUNDLE", None)
+
+
+def handle(request: Any) -> Dict[str, Any]:
+    """Answer one request; every failure becomes an error answer, never an exception."""
+    answer: Dict[str, Any] = {"helper": P.PROTOCOL, "bundle": bundle_hash()}
+    try:
+        if not isinstance(request, dict):
+            raise HelperError(P.BAD_REQUEST, "the request must be a JSON object")
+        if request.get("helper") != P.PROTOCOL:
+            raise HelperError(
+                P.PROTOCOL_MISMATCH, "helper protocol %r requested, this helper speaks %d" % (request.get("helper"), P.PROTOCOL)
+            )
+        op = OPS.get(request.get("op", ""))
+        if op is None:
+            raise HelperError(P.BAD_REQUEST, "unknown helper op %r" % request.get("op"))
+        profiles = merge_profiles(request.get("profiles"))
+        answer.update(ok=True, data=op(request.get("args") or {}, profiles))
+    except HelperError as exc:
+        error: Dict[str, Any] = {"code": exc.code, "message": exc.message}
+        error.update(exc.extra)
+        answer.update(ok=False, error=error)
+    except Exception as exc:  # noqa: BLE001 - the answer must be JSON whatever happened
+        answer.update(ok=False, error={"code": P.HELPER_CRASH, "message": "%s: %s" % (type(exc).__name__, exc)})
+    return answer
+
+
+def frame(answer: Dict[str, Any]) -> bytes:
+    body = json.dumps(answer).encode("utf-8")
+    return P.ANSWER_MARK + str(len(body)).encode() + b"\n" + body + b"\n"
+
+
+def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
+    """Answer each request line until stdin ends."""
+    while True:
+        line = stdin.readline()
+        if not line:
+            return 0
+        if not line.strip():
+            continue
+        started = time.monotonic()
+        try:
+            request = json.loads(line.decode("utf-8"))
+        except ValueError as exc:
+            answer: Dict[str, Any] = {"helper": P.PROTOCOL, "bundle": bundle_hash(), "ok": False}
+            answer["error"] = {"code": P.BAD_REQUEST, "message": "bad JSON: %s" % exc}
+        else:
+            answer = handle(request)
+        answer["took_ms"] = round((time.monotonic() - started) * 1000, 1)
+        stdout.write(frame(answer))
+        stdout.flush()
+
+
+def main() -> int:
+    return serve(sys.stdin.buffer, sys.stdout.buffer)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""The words drover answers with: the protocol version, the outcome names, and every error code.
+
+One list for the whole program, the remote side and the client alike: the helper raises and answers with these
+names, and `drover/errors.py` derives its exit codes from the class each code belongs to.  `tests/test_protocol.py`
+pins the list, so a code can be added on purpose but never renamed by accident.
+
+Stdlib only and Python 3.6+: this module is shipped to every host inside the helper bundle.
+"""
+
+from typing import Any
+
+# The helper protocol.  2: answers are framed (ANSWER_MARK), requests are JSON lines, the bundle is hashed.
+PROTOCOL = 2
+
+# Everything the helper writes on stdout before this mark is noise from the remote login shell, not the answer.
+# A record separator makes it unlikely in any rc file's output; the length after it makes a truncated answer
+# detectable.
+ANSWER_MARK = b"\x1edrover-answer "
+
+# Exit statuses of the remote bootstrap that come before any JSON can be written.
+EXIT_TOO_OLD = 97  # the interpreter is older than MIN_PYTHON
+EXIT_NOT_FOUND = 127  # the shell could not find the interpreter
+MIN_PYTHON = (3, 6)
+
+# -- outcomes: what became of a message ------------------------------------------------------------------------
+DELIVERED = "delivered"  # the target took it (an idle target)
+QUEUED = "queuedBehindTurn"  # the target is busy; it arrives when its turn allows
+HELD = "held"  # the receiver holds it for its human
+REFUSED = "refused"  # the receiver's policy, or drover's guard or limits, refused it
+DROPPED = "dropped"  # the receiver dropped it (duplicate, rate limit, queue full)
+FAILED = "failed"  # it never reached the receiver (or, with indeterminate, drover cannot know)
+OUTCOMES = (DELIVERED, QUEUED, HELD, REFUSED, DROPPED, FAILED)
+
+# -- error classes: what kind of failure a code is, and so which exit code it gets ----------------------------
+USAGE = "usage"  # the request is wrong: fix the arguments
+TARGET = "target"  # no such host or session, or more than one
+CONFIG = "config"  # the fleet file or an engine profile is wrong
+REFUSAL = "refusal"  # a refused outcome: the guard, drover's limits, or the receiver said no
+DROP = "drop"  # a dropped outcome: the receiver dropped it
+FAILURE = "failure"  # the host or the lane failed: the message did not get there
+TIMEOUT = "timeout"  # a wait ran out
+INTERNAL = "internal"  # a bug
+
+# -- codes ------------------------------------------------------------------------------------------------------
+# Usage
+BAD_REQUEST = "bad_request"
+BAD_LANE = "bad_lane"
+EMPTY_TEXT = "empty_text"
+UNKNOWN_ENGINE = "unknown_engine"
+USAGE_ERROR = "usage"
+BAD_JSON = "bad_json"
+UNKNOWN_OP = "unknown_op"
+INVALID_REQUEST = "invalid_request"
+# Target
+SESSION_NOT_FOUND = "session_not_found"
+AMBIGUOUS_SESSION = "ambiguous_session"
+NO_TRANSCRIPT = "no_transcript"
+PANE_GONE = "pane_gone"
+UNKNOWN_HOST = "unknown_host"
+TARGET_ERROR = "target"
+MESSAGE_NOT_FOUND = "message_not_found"
+AMBIGUOUS_MESSAGE = "ambiguous_message"
+# Config
+BAD_PROFILE = "bad_profile"
+CONFIG_ERROR = "config"
+FLEET_INVALID = "fleet_invalid"
+# Refusals by drover's guard on the tmux lane
+DIALOG = "dialog"
+BUSY = "busy"
+UNRECOGNISED_SCREEN = "unrecognised_screen"
+PANE_DEAD = "pane_dead"
+COPY_MODE = "copy_mode"
+INPUT_OFF = "input_off"
+ENGINE_CHANGED = "engine_changed"
+ENGINE_MISMATCH = "engine_mismatch"
+DIALOG_AFTER_PASTE = "dialog_after_paste"
+WAITING = "waiting"
+# Refusals by drover's limits and policy
+TOO_LARGE = "too_large"
+DUPLICATE = "duplicate"
+RATE_LIMITED = "rate_limited"
+OWNER_RELAY_OFF = "owner_relay_off"
+REFUSED_BY_DROVER = "refused"
+# Receipts from Claude Code's inbox (claude-code-inbox.md): refused, expired, and its drop reasons
+RECEIVER_REFUSED = "refused"
+EXPIRED = "expired"
+DENIED = "denied"
+HOP_LOOP = "hop_loop"
+HOP_RUNAWAY = "hop_runaway"
+QUEUE_FULL = "queue_full"
+RECEIVER_DROPPED = "receiver_dropped"
+# Host-side failures
+NO_TMUX = "no_tmux"
+TMUX_ERROR = "tmux_error"
+TMUX_TIMEOUT = "tmux_timeout"
+PASTE_UNCERTAIN = "paste_uncertain"
+REPLY_SOCKET = "reply_socket"
+SOCKET_STALE = "socket_stale"
+SOCKET_MISSING = "socket_missing"
+INBOX_TIMEOUT = "inbox_timeout"
+INBOX_ERROR = "inbox_error"
+HELPER_CRASH = "helper_crash"
+PROTOCOL_MISMATCH = "protocol"
+BUNDLE_MISMATCH = "bundle_mismatch"
+# Transport failures (the client's side of SSH)
+UNREACHABLE = "unreachable"
+CONNECTION_REFUSED = "connection_refused"
+CONNECT_TIMEOUT = "connect_timeout"
+DNS = "dns"
+CONNECTION_LOST = "connection_lost"
+UNKNOWN_HOST_KEY = "unknown_host_key"
+HOST_KEY_CHANGED = "host_key_changed"
+HOST_KEY = "host_key"
+AUTH_FAILED = "auth_failed"
+SSH_ERROR = "ssh_error"
+PYTHON_MISSING = "python_missing"
+PYTHON_TOO_OLD = "python_too_old"
+SHELL_FAILED = "shell_failed"
+HELPER_ERROR = "helper_error"
+REQUEST_TIMEOUT = "timeout"
+# Timeouts of a wait
+WAIT_TIMEOUT = "wait_timeout"
+# The catch-all of a bug
+INTERNAL_ERROR = "error"
+
+# Every code and its class.  Some names are shared by two meanings of one word (drover's own `duplicate` refusal
+# and the receiver's `duplicate` drop): the outcome tells them apart, the class is the outcome's.
+CODES = {
+    BAD_REQUEST: USAGE,
+    BAD_LANE: USAGE,
+    EMPTY_TEXT: USAGE,
+    UNKNOWN_ENGINE: USAGE,
+    USAGE_ERROR: USAGE,
+    BAD_JSON: USAGE,
+    UNKNOWN_OP: USAGE,
+    INVALID_REQUEST: USAGE,
+    SESSION_NOT_FOUND: TARGET,
+    AMBIGUOUS_SESSION: TARGET,
+    NO_TRANSCRIPT: TARGET,
+    PANE_GONE: TARGET,
+    UNKNOWN_HOST: TARGET,
+    TARGET_ERROR: TARGET,
+    MESSAGE_NOT_FOUND: TARGET,
+    AMBIGUOUS_MESSAGE: TARGET,
+    BAD_PROFILE: CONFIG,
+    CONFIG_ERROR: CONFIG,
+    FLEET_INVALID: CONFIG,
+    DIALOG: REFUSAL,
+    BUSY: REFUSAL,
+    UNRECOGNISED_SCREEN: REFUSAL,
+    PANE_DEAD: REFUSAL,
+    COPY_MODE: REFUSAL,
+    INPUT_OFF: REFUSAL,
+    ENGINE_CHANGED: REFUSAL,
+    ENGINE_MISMATCH: REFUSAL,
+    DIALOG_AFTER_PASTE: REFUSAL,
+    WAITING: REFUSAL,
+    TOO_LARGE: REFUSAL,
+    DUPLICATE: REFUSAL,
+    RATE_LIMITED: REFUSAL,
+    OWNER_RELAY_OFF: REFUSAL,
+    REFUSED_BY_DROVER: REFUSAL,
+    EXPIRED: REFUSAL,
+    DENIED: REFUSAL,
+    HOP_LOOP: DROP,
+    HOP_RUNAWAY: DROP,
+    QUEUE_FULL: DROP,
+    RECEIVER_DROPPED: DROP,
+    NO_TMUX: FAILURE,
+    TMUX_ERROR: FAILURE,
+    TMUX_TIMEOUT: FAILURE,
+    PASTE_UNCERTAIN: FAILURE,
+    REPLY_SOCKET: FAILURE,
+    SOCKET_STALE: FAILURE,
+    SOCKET_MISSING: FAILURE,
+    INBOX_TIMEOUT: FAILURE,
+    INBOX_ERROR: FAILURE,
+    HELPER_CRASH: FAILURE,
+    PROTOCOL_MISMATCH: FAILURE,
+    BUNDLE_MISMATCH: FAILURE,
+    UNREACHABLE: FAILURE,
+    CONNECTION_REFUSED: FAILURE,
+    CONNECT_TIMEOUT: FAILURE,
+    DNS: FAILURE,
+    CONNECTION_LOST: FAILURE,
+    UNKNOWN_HOST_KEY: FAILURE,
+    HOST_KEY_CHANGED: FAILURE,
+    HOST_KEY: FAILURE,
+    AUTH_FAILED: FAILURE,
+    SSH_ERROR: FAILURE,
+    PYTHON_MISSING: FAILURE,
+    PYTHON_TOO_OLD: FAILURE,
+    SHELL_FAILED: FAILURE,
+    HELPER_ERROR: FAILURE,
+    REQUEST_TIMEOUT: FAILURE,
+    WAIT_TIMEOUT: TIMEOUT,
+    INTERNAL_ERROR: INTERNAL,
+}
+
+# Failures after the request left: the host may have acted on it, so the message's fate is unknown and it is
+# never retried blindly.
+INDETERMINATE = frozenset([CONNECTION_LOST, REQUEST_TIMEOUT, PASTE_UNCERTAIN])
+
+# Claude Code's drop reasons (hyphenated on the wire) as drover's codes.
+DROP_REASONS = {
+    "duplicate": DUPLICATE,
+    "rate-limited": RATE_LIMITED,
+    "hop-loop": HOP_LOOP,
+    "hop-runaway": HOP_RUNAWAY,
+    "queue-full": QUEUE_FULL,
+}
+
+
+class HelperError(Exception):
+    """An error with a stable code, reported in the answer instead of a traceback."""
+
+    def __init__(self, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.extra = extra

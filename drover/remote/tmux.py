@@ -1,0 +1,114 @@
+"""tmux: every server of this user, its panes, and the few commands the lanes need."""
+
+import os
+import shutil
+import subprocess
+from typing import Dict, List, Optional
+
+from .protocol import NO_TMUX, PANE_GONE, TMUX_ERROR, TMUX_TIMEOUT, HelperError
+
+TMUX_TIMEOUT_S = 10.0
+FIELDS = [
+    "pane_id",
+    "session_name",
+    "window_index",
+    "pane_index",
+    "pane_pid",
+    "pane_current_command",
+    "pane_current_path",
+    "pane_title",
+    "pane_dead",
+    "pane_in_mode",
+    "pane_input_off",
+    "window_activity",
+    "window_panes",
+    "session_windows",
+]
+SEP = "\x1f"
+FORMAT = SEP.join("#{%s}" % f for f in FIELDS)
+
+Pane = Dict[str, str]
+
+
+def servers() -> List[str]:
+    """Socket paths of every tmux server this user may have: the default socket directory, plus $TMUX's."""
+    paths = []
+    current = os.environ.get("TMUX", "").split(",")[0]
+    if current:
+        paths.append(current)
+    base = os.path.join(os.environ.get("TMUX_TMPDIR") or "/tmp", "tmux-%d" % os.getuid())
+    try:
+        for name in sorted(os.listdir(base)):
+            path = os.path.join(base, name)
+            if path not in paths:
+                paths.append(path)
+    except OSError:
+        pass
+    return paths
+
+
+def tmux(socket: str, args: List[str], data: Optional[bytes] = None, timeout: float = TMUX_TIMEOUT_S) -> str:
+    cmd = ["tmux", "-S", socket] + args
+    try:
+        proc = subprocess.run(cmd, input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    except FileNotFoundError:
+        raise HelperError(NO_TMUX, "tmux is not installed on this host") from None
+    except subprocess.TimeoutExpired:
+        raise HelperError(
+            TMUX_TIMEOUT, "tmux did not answer within %.0fs (%s): is its server stuck?" % (timeout, args[0])
+        ) from None
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip()
+        raise HelperError(TMUX_ERROR, "tmux %s failed: %s" % (args[0], err or "exit %d" % proc.returncode))
+    return proc.stdout.decode("utf-8", "replace")
+
+
+def version() -> Optional[str]:
+    try:
+        proc = subprocess.run(["tmux", "-V"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.decode().strip() or None
+
+
+NO_TMUX_WARNING = "tmux is not installed on this host, so no tmux panes are listed"
+
+
+def list_panes(warnings: List[str]) -> List[Pane]:
+    panes: List[Pane] = []
+    if shutil.which("tmux") is None:
+        warnings.append(NO_TMUX_WARNING)
+        return panes
+    for socket in servers():
+        try:
+            out = tmux(socket, ["list-panes", "-a", "-F", FORMAT], timeout=5)
+        except HelperError as exc:
+            # A socket with no server behind it is what tmux leaves after a crash: not worth a word unless the
+            # server exists but misbehaves.
+            if exc.code == TMUX_ERROR and ("no server running" in exc.message or "error connecting" in exc.message):
+                continue
+            if exc.code == NO_TMUX:
+                warnings.append(NO_TMUX_WARNING)
+                return panes
+            warnings.append("tmux server %s: %s" % (socket, exc.message))
+            continue
+        for row in out.splitlines():
+            parts = row.split(SEP)
+            if len(parts) != len(FIELDS):
+                continue
+            pane = dict(zip(FIELDS, parts))
+            pane["socket"] = socket
+            panes.append(pane)
+    return panes
+
+
+def capture(socket: str, pane_id: str) -> str:
+    return tmux(socket, ["capture-pane", "-p", "-t", pane_id])
+
+
+def pane_flags(socket: str, pane_id: str) -> Pane:
+    out = tmux(socket, ["display-message", "-p", "-t", pane_id, FORMAT]).rstrip("\n")
+    parts = out.split(SEP)
+    if len(parts) != len(FIELDS):
+        raise HelperError(PANE_GONE, "pane %s is gone" % pane_id)
+    return dict(zip(FIELDS, parts))

@@ -1,0 +1,108 @@
+"""The remote side as it travels: one compressed bundle of drover/remote's modules plus a short in-memory importer.
+
+Over SSH the host runs `python3 -E -s -c BOOTSTRAP` and reads, on stdin, one length line and the compressed bundle,
+then request lines.  The bundle is a JSON object {"loader": SOURCE, "modules": {NAME: SOURCE}}; the loader
+installs a meta-path finder that serves the modules from memory as the package `drover_remote` (the way mitogen
+ships its core), so nothing is written on the host.  Every answer carries the hash of the bundle the host
+decompressed, which the client checks against its own.
+
+The bootstrap is what sshd hands to the user's login shell, so it must mean the same in sh, bash, zsh, fish and
+csh/tcsh: one line, single-quoted, with no single quote, backslash, `!` or newline inside (tcsh expands `!` and
+rejects newlines even in single quotes; fish treats backslashes in them as escapes).  It must also parse under an
+old interpreter long enough to say "too old" with exit 97.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+import zlib
+from pathlib import Path
+
+from drover.remote import protocol
+
+REMOTE_DIR = Path(protocol.__file__).resolve().parent
+PACKAGE = "drover_remote"
+
+# `-E -s` and dropping the current directory from sys.path is what `-I` does, spelt so that an interpreter too
+# old to know `-I` (2.7, 3.3) still starts and answers "too old" instead of a usage error.
+BOOTSTRAP = (
+    'import sys;sys.path=[p for p in sys.path if p not in ("",".")];'
+    f"sys.version_info<{protocol.MIN_PYTHON!r} and sys.exit({protocol.EXIT_TOO_OLD});"
+    "import zlib,json;s=sys.stdin.buffer;n=int(s.readline());b=zlib.decompress(s.read(n));"
+    'd=json.loads(b.decode());exec(d["loader"],{"__name__":"drover_boot","BUNDLE":b,"MODULES":d["modules"]})'
+)
+
+# Runs on the host with BUNDLE (the decompressed bytes) and MODULES in its globals.  Python 3.6+.
+LOADER = '''
+import hashlib, importlib.util, sys
+
+PACKAGE = "drover_remote"
+
+
+class BundleImporter:
+    """Serves drover_remote and its modules from MODULES: no file is read or written."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == PACKAGE:
+            return importlib.util.spec_from_loader(fullname, self, is_package=True)
+        head, _, name = fullname.rpartition(".")
+        if head == PACKAGE and name in MODULES:
+            return importlib.util.spec_from_loader(fullname, self, is_package=False)
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        name = module.__name__.rpartition(".")[2] if module.__name__ != PACKAGE else "__init__"
+        source = MODULES[name]
+        exec(compile(source, "<drover bundle>/%s.py" % name, "exec"), module.__dict__)
+
+
+sys.meta_path.insert(0, BundleImporter())
+package = __import__(PACKAGE)
+package.BUNDLE = hashlib.sha256(BUNDLE).hexdigest()[:16]
+from drover_remote import main as _main
+sys.exit(_main.main())
+'''
+
+
+def check_bootstrap(text: str) -> None:
+    """The bootstrap's shell-safety rules, asserted where it is built (and pinned by a test)."""
+    for bad in ("'", "\\", "!", "\n", "\r"):
+        if bad in text:
+            raise AssertionError(f"the bootstrap must not contain {bad!r}: some login shell would read it differently")
+
+
+check_bootstrap(BOOTSTRAP)
+
+
+@functools.lru_cache(maxsize=1)
+def build() -> tuple[bytes, str]:
+    """(the compressed bundle, its hash as the host will report it)."""
+    modules = {path.stem: path.read_text(encoding="utf-8") for path in sorted(REMOTE_DIR.glob("*.py"))}
+    raw = json.dumps({"loader": LOADER, "modules": modules}, sort_keys=True).encode("utf-8")
+    return zlib.compress(raw, 9), hashlib.sha256(raw).hexdigest()[:16]
+
+
+def preamble() -> bytes:
+    """What goes on stdin before the first request: the bundle's length line and the bundle."""
+    blob, _hash = build()
+    return str(len(blob)).encode() + b"\n" + blob
+
+
+def bundle_hash() -> str:
+    return build()[1]
+
+
+SAFE_WORD = re.compile(r"^[A-Za-z0-9_./+-]+$")
+
+
+def command(python: str) -> str:
+    """The one-line command sshd hands to the login shell.  `python` must need no quoting in any shell."""
+    if not SAFE_WORD.match(python):
+        raise ValueError(f"python = {python!r}: only letters, digits and _ . / + - are allowed in the interpreter's path")
+    return f"exec {python} -E -s -c '{BOOTSTRAP}'"
