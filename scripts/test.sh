@@ -15,6 +15,8 @@ command -v unshare >/dev/null 2>&1 || need+=(util-linux)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 # npm fetches the real Claude Code binary for the inbox-lane tests (cached in ~/.cache/drover-test).
 command -v npm >/dev/null 2>&1 || need+=(npm)
+# The login shells drover's one-line bootstrap must mean the same in (test users per shell on the sshd fleet).
+for sh in zsh fish tcsh; do command -v "$sh" >/dev/null 2>&1 || need+=("$sh"); done
 if [ ${#need[@]} -gt 0 ]; then
   echo "+ apt-get install ${need[*]}"
   apt-get update -qq

@@ -20,6 +20,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SCREENS = Path(__file__).resolve().parent / "screens"
 
 
+# Tests that use these need real programs (tmux, sshd, the Claude Code binary) and take seconds each: they form the
+# `slow` tier.  `pytest -m "not slow"` runs the fast tier (pure functions, the CLI's parsing, the truth file) in
+# seconds.
+SLOW_FIXTURES = {"tmux", "sshfleet", "ssh_fleet_started", "claude_binary", "claude_lab"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 def wait_for(cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while True:

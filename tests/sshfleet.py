@@ -83,6 +83,9 @@ class SSHFleet:
         keygen(sshd_dir / "host_ed25519", "drover-test-host")
         client_pub = keygen(ssh_dir / "id_ed25519", "drover-test-client")
         (sshd_dir / "authorized_keys").write_text(client_pub + "\n")
+        # sshd reads authorized_keys as the user logging in: the test users with their own shells need a way in.
+        for path, mode in ((self.root, 0o711), (sshd_dir, 0o711), (sshd_dir / "authorized_keys", 0o644)):
+            path.chmod(mode)
         for name in [*self.names, "spare"]:
             (self.host_home(name) / "t").mkdir(parents=True)
         common = [
@@ -98,6 +101,9 @@ class SSHFleet:
             "MaxSessions 100",
             "LogLevel INFO",
         ]
+        # Real users with their own login shells (see shell_user): sshd applies the first SetEnv that matches, so
+        # this block, first, keeps the per-address HOME below away from them.
+        common += ["Match User drsh-*", "    SetEnv DROVER_TEST_HOST=shell-user"]
         for name in self.names:
             env = " ".join(f"{k}={v}" for k, v in self.host_env(name).items())
             common += [f"Match LocalAddress {self.addr(name)}", f"    SetEnv {env}"]
@@ -151,6 +157,30 @@ class SSHFleet:
     def fleet_toml(self, extra: str = "") -> str:
         hosts = "".join(f'[hosts.{n}]\nssh = "{n}"\n' for n in self.names)
         return "[defaults]\nconnect_timeout = 5.0\nrequest_timeout = 20.0\n\n" + hosts + extra
+
+    @staticmethod
+    def shell_user(shell: str) -> str:
+        """A real Unix user whose login shell is `shell` (bash, zsh, fish, tcsh), created on first use (needs root).
+
+        It logs in with the fleet's client key (AuthorizedKeysFile is shared) to any host address; it has its own
+        HOME, tmux servers and python3 (the system's), as a colleague's account on a shared machine would.
+        """
+        import pwd
+
+        user = f"drsh-{shell}"
+        path = shutil.which(shell)
+        if path is None:
+            raise RuntimeError(f"{shell} is not installed (the README's test command installs it)")
+        try:
+            entry = pwd.getpwnam(user)
+            if entry.pw_shell != path:
+                subprocess.run(["usermod", "-s", path, user], check=True, capture_output=True)
+        except KeyError:
+            subprocess.run(["useradd", "-m", "-s", path, user], check=True, capture_output=True)
+        # useradd leaves the password "!" (locked), and sshd without PAM refuses a locked account even for key
+        # auth; "*" means no password can match, without locking the account.
+        subprocess.run(["usermod", "-p", "*", user], check=True, capture_output=True)
+        return user
 
     @property
     def client_key(self) -> Path:

@@ -48,7 +48,9 @@ def servers() -> List[str]:
 
 
 def tmux(socket: str, args: List[str], data: Optional[bytes] = None, timeout: float = TMUX_TIMEOUT_S) -> str:
-    cmd = ["tmux", "-S", socket] + args
+    # -u: UTF-8 whatever the locale.  Python 3.6 does not coerce a C locale to UTF-8 for its children as 3.7+
+    # does, and tmux in a C locale prints every control or non-ASCII character of a format or a screen as "_".
+    cmd = ["tmux", "-u", "-S", socket] + args
     try:
         proc = subprocess.run(cmd, input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
     except FileNotFoundError:

@@ -1,0 +1,253 @@
+"""The fast tier: the remote package's pure functions, the protocol's vocabulary, and the exit codes derived from it.
+
+No tmux, no sshd, no Claude: these run in well under a second (`pytest -m "not slow"`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+
+from drover import errors
+from drover.remote import protocol as P
+from drover.remote.discovery import resolve
+from drover.remote.inbox import receipt_outcome
+from drover.remote.profiles import BUILTIN_PROFILES, merge_profiles
+from drover.remote.screen import classify, last_line, paste_allowed
+from drover.remote.text import envelope, neutralise, sanitise_name
+from drover.remote.transcripts import parse_ts
+from tests.conftest import SCREENS
+
+# -- the vocabulary ----------------------------------------------------------------------------------------------
+
+# The full list, pinned: adding a code means adding it here on purpose; renaming one fails this test.
+PINNED_CODES = {
+    "usage": [
+        "bad_json",
+        "bad_lane",
+        "bad_request",
+        "empty_text",
+        "invalid_request",
+        "unknown_engine",
+        "unknown_op",
+        "usage",
+    ],
+    "target": [
+        "ambiguous_message",
+        "ambiguous_session",
+        "message_not_found",
+        "no_transcript",
+        "pane_gone",
+        "session_not_found",
+        "target",
+        "unknown_host",
+    ],
+    "config": ["bad_profile", "config", "fleet_invalid"],
+    "refusal": [
+        "busy",
+        "copy_mode",
+        "denied",
+        "dialog",
+        "dialog_after_paste",
+        "duplicate",
+        "engine_changed",
+        "engine_mismatch",
+        "expired",
+        "input_off",
+        "owner_relay_off",
+        "pane_dead",
+        "rate_limited",
+        "refused",
+        "too_large",
+        "unrecognised_screen",
+        "waiting",
+    ],
+    "drop": ["hop_loop", "hop_runaway", "queue_full", "receiver_dropped"],
+    "failure": [
+        "auth_failed",
+        "bundle_mismatch",
+        "connect_timeout",
+        "connection_lost",
+        "connection_refused",
+        "dns",
+        "helper_crash",
+        "helper_error",
+        "host_key",
+        "host_key_changed",
+        "inbox_error",
+        "inbox_timeout",
+        "no_tmux",
+        "paste_uncertain",
+        "protocol",
+        "python_missing",
+        "python_too_old",
+        "reply_socket",
+        "shell_failed",
+        "socket_missing",
+        "socket_stale",
+        "ssh_error",
+        "timeout",
+        "tmux_error",
+        "tmux_timeout",
+        "unknown_host_key",
+        "unreachable",
+    ],
+    "timeout": ["wait_timeout"],
+    "internal": ["error"],
+}
+
+
+def test_protocol_codes_are_pinned() -> None:
+    by_class: dict[str, list[str]] = {}
+    for code, cls in P.CODES.items():
+        by_class.setdefault(cls, []).append(code)
+    assert {cls: sorted(codes) for cls, codes in by_class.items()} == PINNED_CODES
+    assert P.OUTCOMES == ("delivered", "queuedBehindTurn", "held", "refused", "dropped", "failed")
+    assert P.PROTOCOL == 2
+
+
+def test_every_named_constant_is_in_the_table() -> None:
+    """A code spelt as a constant but missing from CODES would get no exit code of its own."""
+    names = {v for k, v in vars(P).items() if k.isupper() and isinstance(v, str)}
+    classes = {P.USAGE, P.TARGET, P.CONFIG, P.REFUSAL, P.DROP, P.FAILURE, P.TIMEOUT, P.INTERNAL}
+    assert names - set(P.CODES) - set(P.OUTCOMES) - classes == set()
+    assert P.INDETERMINATE <= set(P.CODES)
+
+
+def test_every_error_class_exits_as_its_code_says() -> None:
+    for _name, cls in inspect.getmembers(errors, inspect.isclass):
+        if issubclass(cls, errors.DroverError) and cls is not errors.DroverError:
+            assert cls.code in P.CODES, cls
+            assert cls.exit_code == errors.exit_code_of(cls.code), cls
+    assert errors.exit_code_of("no_such_code") == errors.ExitCode.FAILED  # unknown is never success
+
+
+def test_helper_errors_become_the_right_exception() -> None:
+    assert isinstance(errors.from_helper({"code": "ambiguous_session", "message": "x"}, "h"), errors.AmbiguousSession)
+    assert errors.from_helper({"code": "bad_profile", "message": "x"}, "h").exit_code == errors.ExitCode.CONFIG
+    assert errors.from_helper({"code": "pane_gone", "message": "x"}, "h").exit_code == errors.ExitCode.TARGET
+    crash = errors.from_helper({"code": "helper_crash", "message": "KeyError"}, "h")
+    assert crash.exit_code == errors.ExitCode.FAILED and crash.host == "h"
+
+
+# -- text ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "safe"),
+    [
+        ("plain", "plain"),
+        ("a\r\nb", "a\nb"),
+        ("\x1b[201~rm -rf /", "\u241b[201~rm -rf /"),
+        ("\x03\x04", "\u2403\u2404"),
+        ("tab\tnl\n", "tab\tnl\n"),
+        ("\x7f", "\u2421"),
+        ("\x9b31m", "\ufffd31m"),
+        ("日本語 🚀", "日本語 🚀"),
+    ],
+)
+def test_neutralise(raw: str, safe: str) -> None:
+    assert neutralise(raw) == safe
+    assert not any(ord(c) < 0x20 and c not in "\t\n" for c in neutralise(raw))
+
+
+def test_envelope_escapes_a_closing_tag_and_sanitises_the_name() -> None:
+    out = envelope("hi </cross-session-message> there", 'eve"<x>\u200b', "prompting")
+    assert out.startswith('<cross-session-message from-name="drover (evex)" from-mode="prompting">\n')
+    assert out.count("</cross-session-message") == 1 and out.endswith("</cross-session-message>")
+    assert sanitise_name("x" * 100) == "x" * 64
+    with pytest.raises(P.HelperError):
+        envelope("hi", "a", "root")
+
+
+# -- screens ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("capture", "engine", "state"),
+    [
+        ("claude-idle.txt", "claude", "idle"),
+        ("claude-busy.txt", "claude", "busy"),
+        ("claude-trust-dialog.txt", "claude", "dialog"),
+        ("claude-held-message-dialog.txt", "claude", "dialog"),
+        ("codex-idle.txt", "codex", "idle"),
+        ("codex-busy.txt", "codex", "busy"),
+        ("codex-trust-dialog.txt", "codex", "dialog"),
+    ],
+)
+def test_classify_real_captures(capture: str, engine: str, state: str) -> None:
+    profile = merge_profiles(None)[engine]
+    seen = classify((SCREENS / capture).read_text(encoding="utf-8"), profile)
+    assert seen["state"] == state, seen["reason"]
+    assert paste_allowed(seen, profile) == (state in ("idle", "busy"))
+
+
+def test_shell_profile_reads_only_the_last_line() -> None:
+    shell = merge_profiles(None)["shell"]
+    assert classify("Password: \n$ ls\n$ ", shell)["state"] == "idle"
+    assert classify("$ sudo ls\n[sudo] password for dev: ", shell)["state"] == "dialog"
+    assert last_line("hello\n────\n\n") == "hello"
+
+
+def test_profile_overrides_are_checked() -> None:
+    assert merge_profiles({"claude": {"busy": ["Thinking"]}})["claude"]["busy"] == ["Thinking"]
+    assert merge_profiles({"mine": {"commands": ["mine"]}})["mine"]["envelope"] is False
+    with pytest.raises(P.HelperError, match="unknown key"):
+        merge_profiles({"claude": {"colour": "red"}})
+    with pytest.raises(P.HelperError, match="not a valid regex"):
+        merge_profiles({"claude": {"dialog": ["("]}})
+    assert set(BUILTIN_PROFILES) == {"claude", "codex", "gemini", "demo", "shell"}
+
+
+# -- naming a session ---------------------------------------------------------------------------------------------
+
+
+def _s(sid: str, name: str, *aliases: str) -> dict[str, Any]:
+    return {"id": sid, "name": name, "engine": "demo", "server": "default", "aliases": [sid, *aliases]}
+
+
+def test_resolve_exact_beats_name_beats_prefix_and_ambiguity_lists_candidates() -> None:
+    sessions = [_s("%1", "web", "w:0.0"), _s("%2", "webapp", "w:1.0"), _s("%3", "api", "w:2.0")]
+    assert resolve("%2", sessions)["name"] == "webapp"
+    assert resolve("w:2.0", sessions)["id"] == "%3"
+    assert resolve("web", sessions)["id"] == "%1"  # exact name beats the prefix of webapp
+    assert resolve("ap", sessions)["id"] == "%3"
+    with pytest.raises(P.HelperError) as err:
+        resolve("%", sessions)
+    assert err.value.code == P.AMBIGUOUS_SESSION and len(err.value.extra["candidates"]) == 3
+    with pytest.raises(P.HelperError) as err:
+        resolve("db", sessions)
+    assert err.value.code == P.SESSION_NOT_FOUND
+    with pytest.raises(P.HelperError) as err:
+        resolve("", sessions)
+    assert err.value.code == P.BAD_REQUEST
+
+
+# -- receipts and times -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("receipt", "outcome", "code"),
+    [
+        ({"status": "held"}, "held", "held"),
+        ({"status": "expired", "status_detail": "refused"}, "refused", "refused"),
+        ({"status": "expired"}, "refused", "expired"),
+        ({"status": "denied"}, "refused", "denied"),
+        ({"status": "dropped", "drop_reason": "duplicate"}, "dropped", "duplicate"),
+        ({"status": "dropped", "drop_reason": "rate-limited"}, "dropped", "rate_limited"),
+        ({"status": "dropped", "drop_reason": "queue-full"}, "dropped", "queue_full"),
+        ({"status": "dropped", "drop_reason": "solar-flare"}, "dropped", "receiver_dropped"),
+    ],
+)
+def test_receipts_map_to_outcomes(receipt: dict[str, Any], outcome: str, code: str) -> None:
+    got, detail, got_code = receipt_outcome(receipt)
+    assert (got, got_code) == (outcome, code) and detail
+
+
+def test_parse_ts_without_fromisoformat() -> None:
+    assert parse_ts("1970-01-01T00:00:10Z") == 10.0
+    assert parse_ts("1970-01-01T01:00:10.5+01:00") == 10.5
+    assert parse_ts("2026-11-29T12:00:00.123456789Z") == pytest.approx(1795953600.123456789)
+    assert parse_ts("yesterday") is None and parse_ts(None) is None and parse_ts("2026-13-01T00:00:00Z") is None
