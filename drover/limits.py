@@ -3,10 +3,14 @@
 Each is a clear, recorded refusal: a message over the size cap, a burst beyond the per-target token bucket,
 or the identical text to the same target within the duplicate window.  The numbers match what Claude Code's
 own inbox enforces per sender, so drover refuses before the receiver would drop.
+
+The events come from `TruthFile.recent`, which reads only the tail of the file inside `window_s` (backwards from
+the end) and hands over well-formed events only; `check` still treats every field as untrusted.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from drover.fleet import Limits
@@ -20,6 +24,16 @@ MAX_WINDOW_S = 3600.0
 def window_s(limits: Limits) -> float:
     bucket_window = limits.bucket_size / limits.bucket_refill_per_s if limits.bucket_refill_per_s > 0 else MAX_WINDOW_S
     return min(MAX_WINDOW_S, max(limits.duplicate_window_s, bucket_window))
+
+
+def _ts(event: dict[str, Any]) -> float | None:
+    value = event.get("ts")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value) if math.isfinite(value) else None
+    except OverflowError:
+        return None
 
 
 def check(limits: Limits, host: str, target: str, text: str, now: float, recent: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -37,21 +51,23 @@ def check(limits: Limits, host: str, target: str, text: str, now: float, recent:
         if e.get("event") == "accepted"
         and e.get("host") == host
         and e.get("target") == target
+        and _ts(e) is not None
         and outcomes.get(e.get("id")) not in NOT_SENT
     ]
     digest = text_digest(text)
     if limits.duplicate_window_s > 0:
         for e in sent:
-            if e.get("text_sha256") == digest and now - float(e.get("ts", 0)) < limits.duplicate_window_s:
+            age = now - (_ts(e) or 0.0)
+            if e.get("text_sha256") == digest and age < limits.duplicate_window_s:
                 return {
                     "outcome": "refused",
                     "code": "duplicate",
-                    "detail": f"the same text went to {host}:{target} {now - float(e['ts']):.0f}s ago ({e['id']}); "
+                    "detail": f"the same text went to {host}:{target} {age:.0f}s ago ({e.get('id')}); "
                     f"identical texts are refused within {limits.duplicate_window_s:g}s",
                 }
     tokens, last = float(limits.bucket_size), None
     for e in sent:
-        ts = float(e.get("ts", 0))
+        ts = _ts(e) or 0.0
         if last is not None:
             tokens = min(limits.bucket_size, tokens + (ts - last) * limits.bucket_refill_per_s)
         tokens -= 1

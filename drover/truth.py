@@ -5,15 +5,38 @@ Every line is appended with a single write under an exclusive lock and fsynced b
 concurrent drover processes never interleave or lose a line.  A message gets its id and an `accepted` event
 *before* any delivery is tried (write-ahead): a crash mid-send leaves an accepted event with no outcome, which
 `drover log --pending` shows.
+
+What it survives:
+
+- a crash mid-write: a last line without its newline is noticed under the lock and the next append starts on a
+  new line; a write that fails half-way (disk full) is taken back with ftruncate, so it leaves no fragment.
+- lines drover did not write: anything that is not a JSON object with the fields of its kind, of the right types,
+  is skipped and counted; readers report one warning with the count (`ReadStats.warning`), never a crash.
+- a full disk or a read-only home: `TruthDiskFull` / `TruthUnwritable` (exit code 7).  Before a delivery that
+  means nothing is sent; after one, `outcome` keeps the known outcome and returns (and logs) a warning.
+- neighbours: the home directory must be yours and not writable by group or others (a symlink to it is followed
+  only if you own the symlink); the file is opened relative to it with O_NOFOLLOW, and must be a regular file
+  that you own and that group and others cannot write.  Anything else is `TruthUnsafe`, for readers and writers.
+
+How it scales: readers go backwards from the end in chunks and stop as soon as they have their answer (the newest
+N messages, the messages since a time, one id), so their cost follows what they return, not the file's size.  An
+outcome event always comes after its accepted event, so reading backwards meets the outcome first.  File order
+is time order up to the moment a writer waits for the lock; readers that stop at a time keep reading
+ORDER_SLACK_S seconds further back to absorb that.  There is no index and no rotation.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
+import logging
+import math
 import os
+import re
 import secrets
+import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,8 +44,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from drover.errors import TruthDiskFull, TruthFileError, TruthUnsafe, TruthUnwritable
+
 VERSION = 1
-TAIL_CHUNK = 1 << 20
+NAME = "truth.jsonl"
+CHUNK = 1 << 16  # the first backward read; each next one doubles, up to MAX_CHUNK
+MAX_CHUNK = 1 << 20
+TAIL_CHUNK = MAX_CHUNK  # kept for callers of the old name
+ORDER_SLACK_S = 60.0  # how far file order may run ahead of time order (a writer waiting for the lock)
+HEAD_CHARS = 1000  # what an oversize refusal keeps of the text (with its length and sha256)
+LOCK_WAIT_S = 2.0  # a reader waits this long for a writer to finish its line, then reads what is there
+
+DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+log = logging.getLogger("drover.truth")
 
 
 def default_home() -> Path:
@@ -45,6 +80,86 @@ def text_digest(text: str) -> str:
 def now_iso(ts: float | None = None) -> str:
     ts = time.time() if ts is None else ts
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts * 1000) % 1000:03d}Z"
+
+
+# -- events: what a well-formed line is ---------------------------------------------------------------------------
+def _number(value: Any) -> bool:
+    if value.__class__ is float:
+        return math.isfinite(value)
+    if value.__class__ is int:  # not bool: its class is bool
+        return -(1 << 62) < value < (1 << 62)
+    return False
+
+
+_STR_OR_NONE = (str, type(None))
+_DICT_OR_NONE = (dict, type(None))
+ACCEPTED_STR = ("time", "actor", "host", "target", "text", "text_sha256")
+OUTCOME_STR = ("time", "lane", "detail", "code", "redirected_from")
+
+
+def well_formed(ev: Any) -> bool:
+    """Is this parsed line an event drover can use?  Every event is an object with a string `event` and a finite
+    number `ts`; accepted and outcome events also need a string `id` and the right types for what readers use."""
+    if ev.__class__ is not dict or not _number(ev.get("ts")):
+        return False
+    kind = ev.get("event")
+    if kind == "accepted":
+        chars = ev.get("text_chars")
+        return (
+            ev.get("id").__class__ is str
+            and all(isinstance(ev.get(k), _STR_OR_NONE) for k in ACCEPTED_STR)
+            and (chars is None or chars.__class__ is int)
+            and isinstance(ev.get("options"), _DICT_OR_NONE)
+        )
+    if kind == "outcome":
+        return (
+            ev.get("id").__class__ is str
+            and ev.get("outcome").__class__ is str
+            and all(isinstance(ev.get(k), _STR_OR_NONE) for k in OUTCOME_STR)
+            and isinstance(ev.get("session"), _DICT_OR_NONE)
+        )
+    return kind.__class__ is str  # another kind of event (from a newer drover): no reader here uses it
+
+
+_decode = json.JSONDecoder().decode
+
+
+def parse(raw: bytes) -> dict[str, Any] | None:
+    """One line -> the event, or None when it is not a well-formed event."""
+    try:
+        ev = _decode(raw.decode("utf-8", "surrogatepass"))  # as json.loads does for bytes, without the sniffing
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reason
+        return None
+    return ev if well_formed(ev) else None
+
+
+@dataclass
+class ReadStats:
+    """What a read skipped.  `skipped` counts lines that were not well-formed events (torn by a crash, or not
+    written by drover); `warning()` turns the count into the one warning a caller reports."""
+
+    path: str = ""
+    skipped: int = 0
+
+    def warning(self) -> dict[str, Any] | None:
+        if not self.skipped:
+            return None
+        n = self.skipped
+        return {
+            "code": "truth_lines_skipped",
+            "message": f"skipped {n} malformed line{'s' if n != 1 else ''} in {self.path} "
+            "(a write torn by a crash, or lines drover did not write)",
+            "count": n,
+            "path": self.path,
+        }
+
+    def warnings(self) -> list[dict[str, Any]]:
+        """The warning as a list (empty when nothing was skipped), also logged once on the `drover.truth` logger."""
+        w = self.warning()
+        if w is None:
+            return []
+        log.warning("drover: warning: %s", w["message"])
+        return [w]
 
 
 @dataclass
@@ -77,21 +192,188 @@ class Message:
         out["pending"] = self.pending
         return out
 
+    @classmethod
+    def accepted(cls, ev: dict[str, Any]) -> Message:
+        """From a well-formed accepted event."""
+        text = ev.get("text") or ""
+        return cls(
+            id=ev["id"],
+            time=ev.get("time") or now_iso(float(ev["ts"])),
+            ts=float(ev["ts"]),
+            actor=ev.get("actor") or "",
+            host=ev.get("host") or "",
+            target=ev.get("target") or "",
+            text=text,
+            text_chars=ev["text_chars"] if ev.get("text_chars") is not None else len(text),
+            options=dict(ev.get("options") or {}),
+        )
+
+    def apply(self, ev: dict[str, Any]) -> Message:
+        """Fold a well-formed outcome event in."""
+        self.outcome = ev["outcome"]
+        self.lane = ev.get("lane")
+        self.detail = ev.get("detail")
+        self.code = ev.get("code")
+        self.outcome_time = ev.get("time")
+        self.session = ev.get("session")
+        self.redirected_from = ev.get("redirected_from")
+        return self
+
+
+@dataclass
+class Query:
+    """The answer of `TruthFile.query`: the newest matching messages, oldest first."""
+
+    messages: list[Message]
+    total: int  # matching messages counted; all of them when `complete`, else a lower bound
+    complete: bool  # every matching message was counted (the scan reached the start of the file or the window)
+    stats: ReadStats
+
+
+ID_TIME = re.compile(r"^msg_([0-9a-f]{1,12})")
+
+
+def id_time_range(prefix: str) -> tuple[float, float] | None:
+    """The accept times (seconds) that ids starting with `prefix` can have, from the millisecond clock in them."""
+    m = ID_TIME.match(prefix)
+    if not m:
+        return None
+    digits = m.group(1)
+    shift = 4 * (12 - len(digits))
+    value = int(digits, 16)
+    return (value << shift) / 1000.0, ((value + 1) << shift) / 1000.0
+
 
 class TruthFile:
     def __init__(self, home: Path | None = None) -> None:
         self.home = home or default_home()
-        self.path = self.home / "truth.jsonl"
+        self.path = self.home / NAME
 
-    # -- writing ---------------------------------------------------------------------------------------------
-    def _open(self) -> int:
-        self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    # -- opening, safely ----------------------------------------------------------------------------------------
+    def _error(self, exc: OSError, doing: str, what: Path | None = None) -> TruthFileError:
+        what = what or self.path
+        name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        words = exc.strerror or str(exc)
+        details = {"path": str(what), "errno": name}
+        if exc.errno in DISK_FULL:
+            return TruthDiskFull(
+                f"cannot {doing} {what}: {words}",
+                hint=f"free some space where {self.home} lives, or point DROVER_HOME elsewhere",
+                details=details,
+            )
+        if exc.errno == errno.ELOOP:
+            return TruthUnsafe(
+                f"{what} is a symlink: drover does not follow links to its record",
+                hint="remove the link, or point DROVER_HOME at a directory of your own; what it points to was not touched",
+                details=details,
+            )
+        return TruthUnwritable(
+            f"cannot {doing} {what}: {words}",
+            hint="make it writable, or point DROVER_HOME at a writable directory of your own",
+            details=details,
+        )
+
+    def _unsafe(self, what: Path, why: str, hint: str) -> TruthUnsafe:
+        return TruthUnsafe(f"refusing {what}: {why}", hint=hint, details={"path": str(what)})
+
+    def _check(self, st: os.stat_result, what: Path, kind: str) -> None:
+        me = os.geteuid()
+        if st.st_uid != me:
+            raise self._unsafe(
+                what,
+                f"the {kind} belongs to uid {st.st_uid}, not to you (uid {me})",
+                f"someone else's {kind} could feed drover a false record; point DROVER_HOME at a directory of your own",
+            )
+        if st.st_mode & 0o022:
+            raise self._unsafe(
+                what,
+                f"the {kind} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})",
+                f"chmod {'700' if kind == 'directory' else '600'} {what}",
+            )
+
+    def _open_home(self, create: bool) -> int | None:
+        """An O_DIRECTORY fd on the home, checked (None: it does not exist and create is False)."""
+        home = self.home
+        if create:
+            try:
+                home.mkdir(parents=True, exist_ok=True, mode=0o700)
+            except FileExistsError:
+                pass  # a dangling link or a file: the checks below say which
+            except OSError as exc:
+                raise self._error(exc, "create the directory", home) from None
+        try:
+            lst = os.lstat(home)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._error(exc, "look at", home) from None
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+        if stat.S_ISLNK(lst.st_mode):
+            if lst.st_uid != os.geteuid():
+                raise self._unsafe(
+                    home,
+                    f"it is a symlink made by uid {lst.st_uid}, not by you",
+                    "point DROVER_HOME at a directory of your own (mode 700)",
+                )
+        else:
+            flags |= os.O_NOFOLLOW  # it was not a link a moment ago: it must not become one now
+        try:
+            dfd = os.open(home, flags)
+        except FileNotFoundError:
+            if create:
+                raise self._unsafe(home, "it is a dangling symlink", "remove it, or point it at a directory") from None
+            return None
+        except NotADirectoryError:
+            raise self._unsafe(home, "it is not a directory", "point DROVER_HOME at a directory") from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._unsafe(home, "it became a symlink while drover looked at it", "check who else writes there") from None
+            raise self._error(exc, "open the directory", home) from None
+        try:
+            self._check(os.fstat(dfd), home, "directory")
+        except BaseException:
+            os.close(dfd)
+            raise
+        return dfd
+
+    def _open(self, write: bool) -> int | None:
+        """The file's fd, checked: O_RDWR|O_APPEND (created 0600) to write, O_RDONLY to read (None: no file yet)."""
+        dfd = self._open_home(create=write)
+        if dfd is None:
+            return None
+        try:
+            if write:
+                flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
+            else:
+                flags = os.O_RDONLY
+            try:
+                # O_NONBLOCK: a FIFO planted under the name must not hang the open; set back below.
+                fd = os.open(NAME, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600, dir_fd=dfd)
+            except FileNotFoundError as exc:
+                if write:
+                    raise self._error(exc, "create") from None
+                return None
+            except OSError as exc:
+                raise self._error(exc, "open for writing" if write else "open") from None
+        finally:
+            os.close(dfd)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise self._unsafe(self.path, "it is not a regular file", "remove it; drover creates the file itself")
+            self._check(st, self.path, "file")
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
         return fd
 
+    # -- writing -----------------------------------------------------------------------------------------------
     @contextmanager
     def locked(self) -> Iterator[int]:
-        fd = self._open()
+        """The file open for appending (O_RDWR, so the holder can also read it), under the exclusive lock."""
+        fd = self._open(write=True)
+        assert fd is not None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield fd
@@ -99,13 +381,33 @@ class TruthFile:
             os.close(fd)  # closing releases the lock
 
     @staticmethod
-    def _write(fd: int, event: dict[str, Any]) -> None:
-        data = (json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "surrogatepass")
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
+    def _encode(event: dict[str, Any]) -> bytes:
+        return (json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "surrogatepass")
+
+    def _write(self, fd: int, *events: dict[str, Any]) -> None:
+        """Append whole lines with one write, under the lock the caller holds, and fsync.
+
+        A last line without its newline (a writer that crashed mid-line) gets one first, so this event starts on
+        a line of its own.  If the write or the fsync fails, the file is cut back to what it was: no fragment."""
+        data = b"".join(self._encode(e) for e in events)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data
+        except OSError as exc:
+            raise self._error(exc, "read") from None
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                pass  # the fragment stays; the next writer starts a new line after it, readers skip it
+            raise self._error(exc, "write to") from None
 
     def append(self, event: dict[str, Any]) -> None:
         with self.locked() as fd:
@@ -126,11 +428,14 @@ class TruthFile:
         """Write the `accepted` event; return the message id and, if `check` refused it, the refusal outcome.
 
         `check` sees the events of the last `window_s` seconds and runs under the same lock as the write, so
-        limits counted from the file hold across concurrent processes.
+        limits counted from the file hold across concurrent processes.  A text longer than `max_stored_chars` (or
+        refused as too large) is stored as its first HEAD_CHARS characters, its length and its sha256.
+
+        Raises TruthDiskFull / TruthUnwritable / TruthUnsafe when the event cannot be written: nothing may be sent
+        then.  A refusal is written with its accepted event in the same single write.
         """
         msg_id = new_message_id()
         ts = time.time()
-        stored = text
         event: dict[str, Any] = {
             "v": VERSION,
             "event": "accepted",
@@ -144,15 +449,26 @@ class TruthFile:
             "text_sha256": text_digest(text),
             "options": options,
         }
-        if max_stored_chars is not None and len(text) > max_stored_chars:
-            stored = text[:max_stored_chars]
-            event["text_truncated"] = True
-        event["text"] = stored
-        with self.locked() as fd:
-            refusal = check(self.recent(ts - window_s)) if check else None
-            self._write(fd, event)
-            if refusal is not None:
-                self._write(fd, self._outcome_event(msg_id, refusal))
+        try:
+            with self.locked() as fd:
+                refusal = None
+                if check is not None:
+                    stats = ReadStats(str(self.path))
+                    refusal = check(self.recent(ts - window_s, stats=stats, fd=fd))
+                    stats.warnings()
+                oversize = max_stored_chars is not None and len(text) > max_stored_chars
+                if oversize or (refusal is not None and refusal.get("code") == "too_large"):
+                    event["text"] = text[:HEAD_CHARS]
+                    event["text_truncated"] = True
+                else:
+                    event["text"] = text
+                if refusal is not None:
+                    self._write(fd, event, self._outcome_event(msg_id, refusal))
+                else:
+                    self._write(fd, event)
+        except TruthFileError as exc:
+            exc.message = f"nothing was sent: the message cannot be recorded first. {exc.message}"
+            raise
         return msg_id, refusal
 
     @staticmethod
@@ -162,83 +478,253 @@ class TruthFile:
         event.update({k: v for k, v in result.items() if v is not None})
         return event
 
-    def outcome(self, msg_id: str, result: dict[str, Any]) -> None:
-        self.append(self._outcome_event(msg_id, result))
-
-    # -- reading ---------------------------------------------------------------------------------------------
-    def events(self) -> Iterator[dict[str, Any]]:
+    def outcome(self, msg_id: str, result: dict[str, Any]) -> dict[str, Any] | None:
+        """Record what became of a message.  This comes after the delivery, so it never raises for the record's
+        sake: when the line cannot be written it returns a warning (and logs it) and the caller keeps the outcome."""
         try:
-            f = open(self.path, "rb")
-        except FileNotFoundError:
+            self.append(self._outcome_event(msg_id, result))
+        except TruthFileError as exc:
+            what = result.get("outcome") or "the outcome"
+            warning = {
+                "code": exc.code,
+                "message": f"{what}, but the outcome of {msg_id} could not be recorded: {exc.message}; "
+                "the record shows the message as pending",
+                "hint": exc.hint,
+                "id": msg_id,
+            }
+            log.warning("drover: warning: %s (%s)", warning["message"], exc.hint)
+            return warning
+        return None
+
+    # -- reading -----------------------------------------------------------------------------------------------
+    @contextmanager
+    def _reading(self) -> Iterator[tuple[int, int, bool] | None]:
+        """(fd, end, settled) for reading, or None when there is no file.  `end` is the size under a shared lock,
+        so every line before it is whole (settled), unless a writer held the lock for LOCK_WAIT_S."""
+        fd = self._open(write=False)
+        if fd is None:
+            yield None
             return
-        with f:
-            for raw in f:
-                try:
-                    event = json.loads(raw)
-                except ValueError:
-                    continue  # a torn line can only come from outside drover; skip it, keep the rest
-                if isinstance(event, dict):
-                    yield event
-
-    def recent(self, since_ts: float) -> list[dict[str, Any]]:
-        """Events newer than since_ts, read backwards from the end so old history costs nothing."""
         try:
-            f = open(self.path, "rb")
-        except FileNotFoundError:
-            return []
-        out: list[dict[str, Any]] = []
-        with f:
-            end = f.seek(0, os.SEEK_END)
-            pos, tail = end, b""
-            while pos > 0:
-                start = max(0, pos - TAIL_CHUNK)
-                f.seek(start)
-                block = f.read(pos - start) + tail
-                pos = start
-                lines = block.split(b"\n")
-                tail = lines.pop(0) if pos > 0 else b""
-                done = False
-                for raw in reversed(lines):
-                    if not raw.strip():
-                        continue
-                    try:
-                        event = json.loads(raw)
-                    except ValueError:
-                        continue
-                    if float(event.get("ts", 0)) < since_ts:
-                        done = True
-                        break
-                    out.append(event)
-                if done:
+            settled = False
+            deadline = time.monotonic() + LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    settled = True
                     break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.005)
+                except OSError:
+                    break  # a file system without locks: read what is there
+            end = os.fstat(fd).st_size
+            if settled:
+                fcntl.flock(fd, fcntl.LOCK_UN)  # what is before `end` will not change: appends only
+            yield fd, end, settled
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _lines_backward(fd: int, end: int) -> Iterator[tuple[bytes, bool]]:
+        """The lines before `end`, last first, each with whether a newline ends it (only the last may lack one)."""
+        pos, chunk = end, CHUNK
+        carry: list[bytes] = []  # the line that continues into the blocks already read, its pieces last first
+        terminated = False  # the text after the file's last newline has none
+        while pos > 0:
+            size = min(chunk, pos)
+            pos -= size
+            chunk = min(chunk * 2, MAX_CHUNK)
+            block = os.pread(fd, size, pos)
+            if len(block) != size:
+                return  # the file shrank under us (a failed write taken back): what was read is all there is
+            cut = block.rfind(b"\n")
+            if cut < 0:
+                carry.append(block)
+                continue
+            carry.append(block[cut + 1 :])
+            yield b"".join(reversed(carry)), terminated
+            terminated = True
+            lines = block[:cut].split(b"\n")
+            carry = [lines[0]]
+            for raw in reversed(lines[1:]):
+                yield raw, True
+        if carry:
+            yield b"".join(reversed(carry)), terminated
+
+    def _backward(
+        self, stats: ReadStats, fd: int, end: int, settled: bool, needle: bytes | None = None
+    ) -> Iterator[dict[str, Any]]:
+        for raw, terminated in self._lines_backward(fd, end):
+            if needle is not None and needle not in raw:
+                continue
+            if not raw.strip():
+                continue
+            ev = parse(raw)
+            if ev is None:
+                if terminated or settled:
+                    stats.skipped += 1  # an unfinished last line while a writer held the lock is not counted
+                continue
+            yield ev
+
+    def backward(
+        self, stats: ReadStats | None = None, fd: int | None = None, needle: bytes | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Well-formed events, newest first.  With `fd` (the one `locked()` gave), read under that lock; with
+        `needle`, only the lines that contain it."""
+        stats = stats if stats is not None else ReadStats(str(self.path))
+        if fd is not None:
+            yield from self._backward(stats, fd, os.fstat(fd).st_size, True, needle)
+            return
+        with self._reading() as opened:
+            if opened is not None:
+                yield from self._backward(stats, *opened, needle)
+
+    def events(self, stats: ReadStats | None = None) -> Iterator[dict[str, Any]]:
+        """Well-formed events, oldest first (the whole file, forwards)."""
+        stats = stats if stats is not None else ReadStats(str(self.path))
+        with self._reading() as opened:
+            if opened is None:
+                return
+            fd, end, settled = opened
+            with os.fdopen(os.dup(fd), "rb") as f:
+                pos = 0
+                for raw in f:
+                    pos += len(raw)
+                    if pos > end:
+                        raw = raw[: len(raw) - (pos - end)]
+                    terminated = raw.endswith(b"\n")
+                    if raw.strip():
+                        ev = parse(raw)
+                        if ev is not None:
+                            yield ev
+                        elif terminated or settled:
+                            stats.skipped += 1
+                    if pos >= end:
+                        break
+
+    def recent(self, since_ts: float, stats: ReadStats | None = None, fd: int | None = None) -> list[dict[str, Any]]:
+        """Events at or after since_ts, oldest first, read backwards from the end so old history costs nothing."""
+        out: list[dict[str, Any]] = []
+        for ev in self.backward(stats, fd):
+            ts = float(ev["ts"])
+            if ts >= since_ts:
+                out.append(ev)
+            elif ts < since_ts - ORDER_SLACK_S:
+                break
         out.reverse()
         return out
 
-    def messages(self) -> list[Message]:
+    def messages(self, stats: ReadStats | None = None) -> list[Message]:
+        """Every message, in the order they were accepted (a full forward scan: the reference for `query`)."""
         by_id: dict[str, Message] = {}
-        for ev in self.events():
-            kind, msg_id = ev.get("event"), ev.get("id")
-            if not isinstance(msg_id, str):
-                continue
+        for ev in self.events(stats):
+            kind = ev["event"]
             if kind == "accepted":
-                by_id[msg_id] = Message(
-                    id=msg_id,
-                    time=str(ev.get("time", "")),
-                    ts=float(ev.get("ts", 0)),
-                    actor=str(ev.get("actor", "")),
-                    host=str(ev.get("host", "")),
-                    target=str(ev.get("target", "")),
-                    text=str(ev.get("text", "")),
-                    text_chars=int(ev.get("text_chars", 0)),
-                    options=dict(ev.get("options") or {}),
-                )
-            elif kind == "outcome" and msg_id in by_id:
-                m = by_id[msg_id]
-                m.outcome = ev.get("outcome")
-                m.lane = ev.get("lane")
-                m.detail = ev.get("detail")
-                m.code = ev.get("code")
-                m.outcome_time = ev.get("time")
-                m.session = ev.get("session")
-                m.redirected_from = ev.get("redirected_from")
-        return sorted(by_id.values(), key=lambda m: m.ts)
+                by_id[ev["id"]] = Message.accepted(ev)
+            elif kind == "outcome" and ev["id"] in by_id:
+                by_id[ev["id"]].apply(ev)
+        return list(by_id.values())
+
+    def _fold_backward(
+        self,
+        stats: ReadStats,
+        stop: Callable[[dict[str, Any]], bool] | None = None,
+        want: Callable[[dict[str, Any], dict[str, Any] | None], bool] | None = None,
+        needle: bytes | None = None,
+    ) -> Iterator[Message]:
+        """Messages, newest first, each with its latest outcome (met first when reading backwards).
+
+        Stops before the first accepted event for which `stop` is true; `want(accepted, outcome)` skips a message
+        before it is built; with `needle`, lines that do not contain those bytes are not even parsed."""
+        outcomes: dict[str, dict[str, Any]] = {}  # met, waiting for their accepted event (so: a few)
+        for ev in self.backward(stats, needle=needle):
+            kind = ev["event"]
+            if kind == "outcome":
+                outcomes.setdefault(ev["id"], ev)  # the newest outcome wins, as in a forward fold
+            elif kind == "accepted":
+                if stop is not None and stop(ev):
+                    return
+                out = outcomes.pop(ev["id"], None)
+                if want is not None and not want(ev, out):
+                    continue
+                m = Message.accepted(ev)
+                if out is not None:
+                    m.apply(out)
+                yield m
+
+    def query(
+        self,
+        limit: int,
+        since_ts: float | None = None,
+        *,
+        host: str | None = None,
+        target: str | None = None,
+        actor: str | None = None,
+        outcome: str | None = None,
+        pending: bool = False,
+    ) -> Query:
+        """The newest `limit` matching messages (accepted at or after since_ts), oldest first.
+
+        Reads backwards and stops at the limit (plus one, to know whether there are more) or ORDER_SLACK_S before
+        since_ts, so the cost follows the answer.  A filter that matches fewer reads the whole file, once."""
+        stats = ReadStats(str(self.path))
+
+        def want(acc: dict[str, Any], out: dict[str, Any] | None) -> bool:
+            return not (
+                (since_ts is not None and acc["ts"] < since_ts)
+                or (host and (acc.get("host") or "") != host)
+                or (target and (acc.get("target") or "") != target)
+                or (actor and (acc.get("actor") or "") != actor)
+                or (outcome and (out is None or out["outcome"] != outcome))
+                or (pending and out is not None)
+            )
+
+        stop = None
+        if since_ts is not None:
+            cutoff = since_ts - ORDER_SLACK_S
+
+            def stop(ev: dict[str, Any]) -> bool:
+                return bool(ev["ts"] < cutoff)
+
+        found: list[Message] = []
+        complete = True
+        for m in self._fold_backward(stats, stop, want):
+            if len(found) == limit:
+                complete = False
+                break
+            found.append(m)
+        found.reverse()
+        total = len(found) + (0 if complete else 1)
+        return Query(found, total, complete, stats)
+
+    def find(self, ref: str) -> tuple[list[Message], int, ReadStats]:
+        """Messages whose id is `ref` (an exact match alone) or starts with it: (up to 5 of them, how many, stats).
+
+        Reads backwards and parses only the lines that contain `ref` (an id is written as it is); an exact id
+        stops the scan where it is found, and the clock in an id prefix (`msg_` and hex milliseconds) stops it
+        ORDER_SLACK_S before the earliest time that prefix can name.  Malformed lines are counted among those
+        parsed."""
+        stats = ReadStats(str(self.path))
+        span = id_time_range(ref)
+        stop = None
+        if span is not None:
+            cutoff = span[0] - ORDER_SLACK_S
+
+            def stop(ev: dict[str, Any]) -> bool:
+                return bool(ev["ts"] < cutoff)
+
+        def want(acc: dict[str, Any], _out: dict[str, Any] | None) -> bool:
+            return bool(acc["id"].startswith(ref))
+
+        plain = ref.isascii() and '"' not in ref and "\\" not in ref and ref.isprintable()
+        hits: list[Message] = []
+        count = 0
+        for m in self._fold_backward(stats, stop, want, needle=ref.encode() if plain and ref else None):
+            if m.id == ref:
+                return [m], 1, stats
+            count += 1
+            if len(hits) < 5:
+                hits.append(m)
+        return hits, count, stats

@@ -44,43 +44,51 @@ def since_ts(value: str) -> float:
 
 @op("messages.list", ListRequest, "query the truth file: who sent what to whom, and what became of it", "drover log")
 async def messages_list(ctx: Context, req: ListRequest) -> Result:
+    """The newest `limit` matching messages, oldest first, read from the end of the file backwards.
+
+    `total` counts the matching messages found; `complete` says whether that is all of them (the scan reached
+    the start of the file or of the --since window) or whether there are more than `limit` (total = limit + 1).
+    `warnings` holds one entry when malformed lines were skipped, with their count."""
     host, target = req.host, req.target
     if target and ":" in target and host is None:
         head, rest = target.split(":", 1)
         if head in ctx.fleet.host_names():
             host, target = head, rest
     cutoff = since_ts(req.since) if req.since else None
+    truth = ctx.truth
+    found = truth.query(req.limit, cutoff, host=host, target=target, actor=req.actor, outcome=req.outcome, pending=req.pending)
     out: list[dict[str, Any]] = []
-    for m in ctx.truth.messages():
-        if host and m.host != host:
-            continue
-        if target and m.target != target:
-            continue
-        if req.actor and m.actor != req.actor:
-            continue
-        if req.outcome and m.outcome != req.outcome:
-            continue
-        if req.pending and not m.pending:
-            continue
-        if cutoff is not None and m.ts < cutoff:
-            continue
+    for m in found.messages:
         d = m.to_dict()
         if not req.text:
             d["text"] = m.text[:120]
         out.append(d)
-    return Result({"messages": out[-req.limit :], "total": len(out), "truth_file": str(ctx.truth.path)})
+    return Result(
+        {
+            "messages": out,
+            "total": found.total,
+            "complete": found.complete,
+            "truth_file": str(truth.path),
+            "warnings": found.stats.warnings(),
+        }
+    )
 
 
 @op("messages.get", GetRequest, "one message from the truth file, with its full text and outcome", "drover log show")
 async def messages_get(ctx: Context, req: GetRequest) -> Result:
-    hits = [m for m in ctx.truth.messages() if m.id == req.id or m.id.startswith(req.id)]
-    exact = [m for m in hits if m.id == req.id]
-    hits = exact or hits
+    truth = ctx.truth
+    hits, count, stats = truth.find(req.id)
+    warnings = stats.warnings()
     if not hits:
-        raise TargetError(f"no message {req.id!r} in {ctx.truth.path}", code="message_not_found", hint="`drover log` lists them")
-    if len(hits) > 1:
         raise TargetError(
-            f"{req.id!r} is a prefix of {len(hits)} messages: " + ", ".join(m.id for m in hits[:5]),
+            f"no message {req.id!r} in {truth.path}",
+            code="message_not_found",
+            hint="`drover log` lists them",
+            details={"warnings": warnings} if warnings else None,
+        )
+    if count > 1:
+        raise TargetError(
+            f"{req.id!r} is a prefix of {count} messages: " + ", ".join(m.id for m in hits[:5]),
             code="ambiguous_message",
         )
-    return Result({"message": hits[0].to_dict()})
+    return Result({"message": hits[0].to_dict(), "warnings": warnings})
