@@ -6,15 +6,20 @@ that holds only `local`, so drover works with no file at all.  `fleet.example.to
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
+import secrets
+import stat
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from drover.errors import ConfigError, FleetInvalid, UnknownHost
+from drover.errors import ConfigError, FleetInvalid, UnknownHost, UsageError
 
 LOCAL = "local"
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -190,41 +195,229 @@ def parse(text: str, path: Path) -> Fleet:
         raise FleetInvalid(str(path), _problems(path, text, exc)) from None
 
 
+def read_text(path: Path) -> str | None:
+    """The fleet file's text (None when it does not exist); undecodable bytes are a FleetInvalid, not a crash."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read fleet file {path}: {exc.strerror}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise FleetInvalid(str(path), [f"{path.name}:{line}: not valid UTF-8 (byte {exc.start}: {exc.reason})"]) from None
+
+
 def load(explicit: str | os.PathLike[str] | None = None) -> tuple[Fleet, Path | None]:
     """The fleet and the file it came from (None for the built-in fleet)."""
     path, named = find_path(explicit)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    text = read_text(path)
+    if text is None:
         if named:
             raise ConfigError(
                 f"fleet file {path} does not exist", hint="create it with `drover fleet add`, or drop --fleet/$DROVER_FLEET"
-            ) from None
+            )
         return Fleet(), None
-    except OSError as exc:
-        raise ConfigError(f"cannot read fleet file {path}: {exc.strerror}") from None
     return parse(text, path), path
 
 
-def read_raw(path: Path) -> dict[str, Any]:
+# -- editing ---------------------------------------------------------------------------------------------------
+#
+# `drover fleet add | remove` edit the file the way a careful human would: through tomlkit, so comments, key
+# order and formatting survive; the result is validated exactly as `load` will read it before it replaces the
+# file; edits are serialised under an exclusive flock on a lock file beside the real file; a symlink is followed
+# (and stays a symlink); the new text is written to a temporary file in the same directory and renamed over
+# the old one, with the old file's mode.
+
+
+class InvalidEdit(FleetInvalid):
+    """The edited fleet would not validate: nothing was written."""
+
+    def __init__(self, path: str, problems: list[str]) -> None:
+        super().__init__(path, problems)
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        self.message = f"refused to edit {path}: the result would be invalid: {problems[0] if problems else '?'}{more}"
+        self.hint = "the file is untouched"
+
+
+def _toml(text: str, path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise FleetInvalid(str(path), [f"{path.name}: not valid TOML: {exc}"]) from None
 
 
-def write_raw(path: Path, data: dict[str, Any]) -> Fleet:
-    """Validate, then write atomically (comments in the old file are not kept: tomli-w writes plain TOML)."""
-    import tomli_w
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Equal as fleets: an empty [hosts] table and no [hosts] table mean the same."""
 
+    def norm(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in d.items() if not (k == "hosts" and v == {})}
+
+    return norm(a) == norm(b)
+
+
+def _unsafe(path: Path, what: str) -> ConfigError:
+    return ConfigError(
+        f"could not {what} in {path} without changing other settings; the file is untouched",
+        hint="edit it by hand, or report the file's layout as a bug",
+    )
+
+
+def add_host(text: str, path: Path, name: str, entry: dict[str, Any], replace: bool = False) -> str:
+    """The fleet text with host `name` added (or, with replace, its keys set to `entry`), everything else kept."""
+    import tomlkit
+
+    before = _toml(text, path)
+    hosts_now = before.get("hosts", {})
+    if not isinstance(hosts_now, dict):
+        raise FleetInvalid(str(path), [f"{path.name}: hosts: must be a table of hosts"])
+    exists = name in hosts_now
+    if exists and not replace:
+        raise UsageError(f"host {name!r} is already in {path}", hint="use --replace to overwrite it")
+    if text and not text.endswith("\n"):
+        text += "\n"
+    doc = tomlkit.parse(text)
+    hosts = doc.get("hosts")
+    if hosts is None:
+        hosts = tomlkit.table(is_super_table=True)
+        doc["hosts"] = hosts
+    if exists:
+        # In place, key by key: the table keeps its position, its comments and the comments that follow it.
+        table = hosts[name]
+        for key in [k for k in table if k not in entry]:
+            del table[key]
+        for key, value in entry.items():
+            table[key] = value
+    else:
+        table = tomlkit.table()
+        for key, value in entry.items():
+            table[key] = value
+        table.add(tomlkit.nl())
+        hosts[name] = table
+    new = tomlkit.dumps(doc).rstrip("\n") + "\n"
+    expected = {**before, "hosts": {**hosts_now, name: entry}}
+    if not _same(_toml(new, path), expected):
+        raise _unsafe(path, f"add host {name!r}")
+    return new
+
+
+_HOST_HEADER = re.compile(r"""^\s*\[\s*hosts\s*\.\s*(?:"([^"]*)"|'([^']*)'|([A-Za-z0-9_-]+))\s*\]\s*(?:#.*)?$""")
+_ANY_HEADER = re.compile(r"^\s*\[")
+_COMMENT = re.compile(r"^\s*#")
+
+
+def _blank(line: str) -> bool:
+    return not line.strip()
+
+
+def _remove_table_lines(text: str, name: str) -> str | None:
+    """Remove the `[hosts.NAME]` table as a human would, or None when the file is not laid out that way.
+
+    Comments directly above the header (no blank line between) describe the host and go with it, unless they
+    open the file; comments after a blank line at the end of its body belong to what follows and stay.
+    """
+    lines = text.splitlines(keepends=True)
+    starts = []
+    for i, line in enumerate(lines):
+        m = _HOST_HEADER.match(line.rstrip("\r\n"))
+        if m and (m.group(1) or m.group(2) or m.group(3)) == name:
+            starts.append(i)
+    if len(starts) != 1:
+        return None
+    start = starts[0]
+    end = next((j for j in range(start + 1, len(lines)) if _ANY_HEADER.match(lines[j])), len(lines))
+    keep_from = end
+    j = end
+    while j > start + 1 and (_blank(lines[j - 1]) or _COMMENT.match(lines[j - 1])):
+        j -= 1
+        if _blank(lines[j]):
+            keep_from = j
+    lead = start
+    while lead > 0 and _COMMENT.match(lines[lead - 1]):
+        lead -= 1
+    if lead == 0:
+        lead = start  # a comment that opens the file is the file's, not this host's
+    head, tail = lines[:lead], lines[keep_from:]
+    if head and tail and _blank(head[-1]) and _blank(tail[0]):
+        tail = tail[1:]
+    if not tail:
+        while head and _blank(head[-1]):
+            head.pop()
+    return "".join(head + tail)
+
+
+def remove_host(text: str, path: Path, name: str) -> str:
+    """The fleet text without host `name`, everything else kept."""
+    before = _toml(text, path)
+    hosts = before.get("hosts", {})
+    if not isinstance(hosts, dict) or name not in hosts:
+        known = ", ".join(hosts) if isinstance(hosts, dict) and hosts else "none"
+        raise UnknownHost(f"host {name!r} is not in {path}", hint=f"hosts in the file: {known}")
+    expected = {**before, "hosts": {k: v for k, v in hosts.items() if k != name}}
+    new = _remove_table_lines(text, name)
+    if new is None or not _same(_toml(new, path), expected):
+        import tomlkit
+
+        doc = tomlkit.parse(text)
+        del doc["hosts"][name]
+        new = tomlkit.dumps(doc)
+        if not _same(_toml(new, path), expected):
+            raise _unsafe(path, f"remove host {name!r}")
+    return new
+
+
+def edit(explicit: str | os.PathLike[str] | None, change: Callable[[str, Path], str]) -> tuple[Fleet, Path]:
+    """Apply `change(text, path) -> new text` to the fleet file under its lock; validate; replace atomically.
+
+    The file is the one `load` would read (a missing one is created). Anything raised by `change` or by the
+    validation leaves the file untouched.
+    """
+    path, _named = find_path(explicit)
+    real = Path(os.path.realpath(path))  # a symlinked fleet.toml is edited where it points, and stays a link
+    real.parent.mkdir(parents=True, exist_ok=True)
+    lock_fd = os.open(real.parent / f".{real.name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        fleet = Fleet.model_validate(data)
-    except ValidationError as exc:
-        raise FleetInvalid(str(path), _problems(path, "", exc)) from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".toml.tmp")
-    tmp.write_text(tomli_w.dumps(data), encoding="utf-8")
-    os.replace(tmp, path)
-    return fleet
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        text = read_text(real)
+        new = change(text or "", path)
+        try:
+            fleet = parse(new, path)  # exactly as `load` will read it: every problem with its line number
+        except FleetInvalid as exc:
+            raise InvalidEdit(str(path), exc.problems) from None
+        _replace(real, new)
+    finally:
+        os.close(lock_fd)  # closing releases the lock
+    return fleet, path
+
+
+def _replace(real: Path, text: str) -> None:
+    try:
+        st: os.stat_result | None = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    tmp = real.parent / f".{real.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)  # umask applies to a new file
+    try:
+        try:
+            if st is not None:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode))
+                if os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
+                    os.fchown(fd, st.st_uid, st.st_gid)
+            data = memoryview(text.encode("utf-8"))
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, real)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(real.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

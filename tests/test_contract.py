@@ -13,7 +13,25 @@ from tests.conftest import ROOT, Tmux, drover_process
 DOCUMENT_KEYS = ["drover", "op", "ok", "data", "errors"]
 
 OPS = {
+    "fleet.add": [
+        "name",
+        "ssh",
+        "user",
+        "port",
+        "identity",
+        "proxy_jump",
+        "python",
+        "tags",
+        "known_hosts",
+        "accept_new",
+        "owner_relay",
+        "connect_timeout",
+        "request_timeout",
+        "replace",
+    ],
     "fleet.check": ["hosts", "tags"],
+    "fleet.remove": ["name"],
+    "fleet.show": [],
     "guard.check": ["engine", "screen"],
     "messages.get": ["id"],
     "messages.list": ["target", "host", "actor", "outcome", "since", "pending", "limit", "text"],
@@ -32,6 +50,7 @@ def test_op_list_pins_ops_and_fields(cli: Any) -> None:
     assert ops == OPS
     human = cli("op", "--list")
     assert "sessions.message" in human.out and "(drover send)" in human.out
+    assert "(drover fleet add)" in human.out
 
 
 def test_document_shape_on_success_and_failure(tmux: Tmux, cli: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 from tests.conftest import ROOT, drover_process
@@ -27,15 +28,29 @@ def test_readme_has_the_two_setup_commands_and_ci_runs_the_second() -> None:
 
 
 def test_demo_runs_end_to_end_and_cleans_up(isolated: Path) -> None:
+    # the user's own record, which the demo must leave alone
+    truth = isolated / "home" / "truth.jsonl"
+    truth.parent.mkdir(parents=True)
+    mine = b'{"v": 1, "event": "note", "id": "msg_mine"}\n'
+    truth.write_bytes(mine)
     res = drover_process("demo", timeout=120)
     assert res.code == 0, res.err + res.out
     out = res.out
     assert "delivered → local:" in out
     assert "refused → local:" in out and "Do you want to proceed?" in out
     assert "the dialog received 0 keystrokes from drover" in out
-    assert "coordinator here: rebase on master, the schema landed" in out
-    events = [json.loads(line) for line in (isolated / "home" / "truth.jsonl").read_text().splitlines()]
-    outcomes = [e["outcome"] for e in events if e["event"] == "outcome"]
-    assert outcomes == ["delivered", "refused"]
+    # the command it shows is the command it ran: the same text, word for word
+    sends = [shlex.split(line[2:]) for line in out.splitlines() if line.startswith("$ ") and " drover send " in line]
+    texts = [argv[argv.index("send") + 2] for argv in sends]
+    assert texts == ["coordinator here: rebase on master, the schema landed", "yes, go ahead"]
+    events = [json.loads(line) for line in out.splitlines() if line.startswith('{"v": 1')]
+    assert [e["text"] for e in events if e["event"] == "accepted"] == texts
+    assert [e["outcome"] for e in events if e["event"] == "outcome"] == ["delivered", "refused"]
+    assert f'<cross-session-message from-name="drover (drover-demo)" from-mode="prompting">\n{texts[0]}\n' in out
+    # its records went to its own throwaway truth file, which is gone; the user's is byte for byte what it was
+    demo_truth = re.search(r"demo truth file: (\S+)", out)
+    assert demo_truth and not Path(demo_truth.group(1)).exists()
+    assert truth.read_bytes() == mine
+    assert drover_process("log", "--json").json()["data"]["messages"] == []
     # the demo's tmux server is gone: nothing is left to list in this test's private socket directory
     assert drover_process("ls", "--json").json()["data"]["sessions"] == []

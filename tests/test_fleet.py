@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import stat
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -10,7 +14,7 @@ import pytest
 
 from drover import fleet as fleet_mod
 from drover.errors import ConfigError, FleetInvalid, UnknownHost
-from tests.conftest import ROOT
+from tests.conftest import ROOT, drover_process
 
 
 def test_no_file_means_the_builtin_fleet_with_local(isolated: Path) -> None:
@@ -91,9 +95,11 @@ def test_fleet_add_show_remove(cli: Any, isolated: Path) -> None:
     shown = cli("fleet", "show")
     assert "box-a" in shown.out and "a.example" in shown.out and "gpu,eu" in shown.out and "local" in shown.out
     js = cli("fleet", "show", "--json").json()
-    assert js["fleet"]["hosts"]["box-b"]["ssh"] == "box-b"
+    assert js["op"] == "fleet.show" and js["ok"] is True
+    assert js["data"]["path"] == str(path) and js["data"]["hosts"] == ["local", "box-a", "box-b"]
+    assert js["data"]["fleet"]["hosts"]["box-b"]["ssh"] == "box-b"
     bad = cli("fleet", "add", "box-c", "--port", "0")
-    assert bad.code == 7 and "hosts.box-c.port" in bad.err
+    assert bad.code == 7 and "hosts.box-c.port" in bad.err and "untouched" in bad.err
     assert "box-c" not in path.read_text(encoding="utf-8")
     assert cli("fleet", "remove", "box-a").code == 0
     assert "box-a" not in tomllib.loads(path.read_text(encoding="utf-8"))["hosts"]
@@ -104,3 +110,142 @@ def test_fleet_add_show_remove(cli: Any, isolated: Path) -> None:
 def test_unreadable_fleet_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         fleet_mod.load(tmp_path / "nope.toml")
+
+
+COMMENTED = """\
+# Our fleet. Edited by hand and by `drover fleet add`: keep this comment.
+[defaults]
+actor = "coordinator"   # who we are
+
+# the GPU box in Frankfurt
+[hosts.box-a]
+ssh = "a.example"  # via the VPN
+tags = ["gpu"]
+
+# the build box: do not remove without asking Sam
+[hosts.box-b]
+ssh = "b.example"
+
+[limits]
+max_chars = 5000  # short messages only
+"""
+
+
+def test_comments_and_layout_survive_add_and_remove(cli: Any, isolated: Path) -> None:
+    path = isolated / "fleet.toml"
+    path.write_text(COMMENTED, encoding="utf-8")
+    assert cli("--fleet", str(path), "fleet", "add", "box-c", "--ssh", "c.example", "--port", "2200").code == 0
+    text = path.read_text(encoding="utf-8")
+    # everything that was there is still there, byte for byte, and the new host reads back right
+    before_limits, limits = COMMENTED.split("[limits]")
+    assert text.startswith(before_limits) and text.endswith("[limits]" + limits)
+    assert tomllib.loads(text)["hosts"]["box-c"] == {"ssh": "c.example", "port": 2200}
+    assert "\n\n[hosts.box-c]\n" in text and "\n\n[limits]\n" in text  # laid out like its neighbours
+
+    assert cli("fleet", "remove", "box-a", "--fleet", str(path)).code == 0
+    text = path.read_text(encoding="utf-8")
+    assert "# Our fleet. Edited by hand" in text and "# who we are" in text and "# short messages only" in text
+    # the comment above box-a went with it; the comment above box-b still sits above box-b
+    assert "GPU box" not in text and "via the VPN" not in text
+    assert "# the build box: do not remove without asking Sam\n[hosts.box-b]\n" in text
+    assert sorted(tomllib.loads(text)["hosts"]) == ["box-b", "box-c"]
+
+
+def test_replace_edits_the_host_in_place(cli: Any, isolated: Path) -> None:
+    path = isolated / "fleet.toml"
+    path.write_text(COMMENTED, encoding="utf-8")
+    res = cli("--fleet", str(path), "fleet", "add", "box-a", "--ssh", "a2.example", "--user", "dev", "--replace")
+    assert res.code == 0, res.err
+    text = path.read_text(encoding="utf-8")
+    assert tomllib.loads(text)["hosts"]["box-a"] == {"ssh": "a2.example", "user": "dev"}
+    assert "# the GPU box in Frankfurt\n[hosts.box-a]\n" in text and "# the build box" in text
+
+
+def test_concurrent_adds_from_six_processes_all_land(isolated: Path) -> None:
+    path = isolated / "config" / "drover" / "fleet.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text("# shared fleet\n", encoding="utf-8")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "drover", "fleet", "add", f"box-{i}", "--ssh", f"{i}.example"],
+            cwd=str(ROOT),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(6)
+    ]
+    results = [(p.wait(timeout=60), p.communicate()) for p in procs]
+    assert all(code == 0 for code, _ in results), results
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("# shared fleet\n")
+    assert sorted(tomllib.loads(text)["hosts"]) == [f"box-{i}" for i in range(6)]
+    assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []  # no temp file left behind
+
+
+def test_a_symlinked_fleet_file_is_edited_where_it_points(cli: Any, isolated: Path) -> None:
+    real = isolated / "dotfiles" / "fleet.toml"
+    real.parent.mkdir()
+    real.write_text("# in my dotfiles repo\n", encoding="utf-8")
+    real.chmod(0o640)
+    link = isolated / "config" / "drover" / "fleet.toml"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(real)
+    assert cli("fleet", "add", "box-a").code == 0
+    assert cli("fleet", "add", "box-b").code == 0
+    assert cli("fleet", "remove", "box-a").code == 0
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert real.read_text(encoding="utf-8").startswith("# in my dotfiles repo\n")
+    assert list(tomllib.loads(real.read_text(encoding="utf-8"))["hosts"]) == ["box-b"]
+    assert stat.S_IMODE(real.stat().st_mode) == 0o640  # the file keeps its mode
+
+
+def test_a_bad_edit_leaves_the_file_untouched(cli: Any, isolated: Path) -> None:
+    path = isolated / "fleet.toml"
+    path.write_text(COMMENTED, encoding="utf-8")
+    before = path.read_bytes()
+    for args in (["box-c", "--port", "70000"], ["bad:name"], ["local"]):
+        res = cli("--fleet", str(path), "fleet", "add", *args)
+        assert res.code == 7, (args, res.err)
+        assert "Traceback" not in res.err and "the file is untouched" in res.err
+        assert path.read_bytes() == before
+    res = cli("--fleet", str(path), "fleet", "add", "box-c", "--port", "70000", "--json")
+    doc = res.json()
+    assert res.code == 7 and doc["ok"] is False and doc["errors"][0]["code"] == "fleet_invalid"
+    assert any("hosts.box-c.port" in p for p in doc["errors"][0]["problems"])
+    assert path.read_bytes() == before
+
+
+def test_removing_an_unknown_host(cli: Any, isolated: Path) -> None:
+    path = isolated / "fleet.toml"
+    path.write_text(COMMENTED, encoding="utf-8")
+    res = cli("--fleet", str(path), "fleet", "remove", "box-z")
+    assert res.code == 6 and "host 'box-z' is not in" in res.err and "box-a, box-b" in res.err
+    assert path.read_text(encoding="utf-8") == COMMENTED
+    assert cli("fleet", "remove", "box-z").code == 6  # no fleet file at all: nothing to remove either
+
+
+def test_fleet_ops_answer_the_standard_document(cli: Any, isolated: Path) -> None:
+    path = isolated / "config" / "drover" / "fleet.toml"
+    res = cli("op", "fleet.add", '{"name": "box-a", "tags": ["gpu"], "accept_new": true}')
+    assert res.code == 0, res.err
+    doc = res.json()
+    assert list(doc) == ["drover", "op", "ok", "data", "errors"] and doc["ok"] is True
+    assert doc["data"]["created"] is True and doc["data"]["path"] == str(path)
+    assert doc["data"]["entry"] == {"ssh": "box-a", "tags": ["gpu"], "accept_new": True}
+    shown = cli("op", "fleet.show").json()["data"]
+    assert shown["hosts"] == ["local", "box-a"] and shown["fleet"]["hosts"]["box-a"]["accept_new"] is True
+    assert cli("op", "fleet.remove", '{"name": "box-a"}').json()["data"]["hosts"] == ["local"]
+    assert cli("op", "fleet.add", '{"name": "box-a", "prot": 22}').code == 2  # a misspelt field is not ignored
+
+
+def test_a_fleet_file_that_is_not_utf8(cli: Any, isolated: Path) -> None:
+    path = isolated / "config" / "drover" / "fleet.toml"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b'[hosts.box-a]\nssh = "caf\xe9"\n')
+    for args in (["ls"], ["send", "box-a:x", "hi"], ["fleet", "show"], ["fleet", "add", "box-b"], ["status", "%1"]):
+        res = cli(*args)
+        assert res.code == 7, (args, res.err)
+        lines = [line for line in res.err.splitlines() if line.strip()]
+        assert len(lines) == 1 and "fleet.toml:2: not valid UTF-8" in lines[0], res.err
+    assert drover_process("ls").code == 7

@@ -6,6 +6,7 @@ This is the one place errors are rendered.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -19,8 +20,8 @@ if TYPE_CHECKING:  # the ops (and pydantic) load only when a command runs one, n
     from drover.ops.core import Document
 
 # Piped output is for reading later or for grep: don't squeeze it into 80 columns.
-out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, markup=False, emoji=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
 
 OUTCOME_STYLE = {
     "delivered": "green",
@@ -34,10 +35,59 @@ OUTCOME_STYLE = {
 STATE_STYLE = {"idle": "green", "busy": "cyan", "dialog": "yellow", "waiting": "yellow", "gone": "dim", "unknown": "magenta"}
 
 
+# -- terminal safety ---------------------------------------------------------------------------------------------
+#
+# Message texts, transcripts, screen tails, names and error details come from other people and other programs.
+# Printed raw, `ESC]0;title BEL`, cursor moves or an OSC 52 clipboard write would act on the operator's own
+# terminal. Humans get them as visible symbols; JSON keeps them as JSON escapes.
+
+# C0 but tab and newline, DEL, C1, the bidi embedding/override/isolate controls, lone surrogates.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _visible(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    if c < 0x20:
+        return chr(0x2400 + c)  # Control Pictures: ESC -> ␛, CR -> ␍, BEL -> ␇
+    if c == 0x7F:
+        return "\u2421"  # ␡
+    if c <= 0x9F:
+        return f"\\x{c:02x}"  # C1 (0x9b is a one-byte CSI): shown as text
+    if 0xD800 <= c <= 0xDFFF:
+        return "\ufffd"
+    return f"\\u{c:04x}"
+
+
+def safe(text: str) -> str:
+    """Text as it may be shown on a terminal: every control character visible, none acting."""
+    return _UNSAFE.sub(_visible, text)
+
+
+def clean(value: Any) -> Any:
+    """`safe` applied to every string (keys too) of a JSON-like value, for the human renderings."""
+    if isinstance(value, str):
+        return safe(value)
+    if isinstance(value, dict):
+        return {clean(k): clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(v) for v in value]
+    return value
+
+
+# Inside JSON strings (the only place they can be: the rest of a document is ASCII) as \u escapes, so piping
+# `--json` to a terminal is as safe as a table; json.dumps already escapes C0.
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def to_json(data: Any, indent: int | None = None) -> str:
+    text = json.dumps(data, indent=indent, ensure_ascii=False, default=str)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def print_json(doc: Document | dict[str, Any]) -> None:
     data = doc if isinstance(doc, dict) else doc.to_dict()
     indent = 2 if sys.stdout.isatty() else None
-    sys.stdout.write(json.dumps(data, indent=indent, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.write(to_json(data, indent) + "\n")
     sys.stdout.flush()
 
 
@@ -48,7 +98,12 @@ def error_line(error: dict[str, Any]) -> str:
 
 
 def errors(doc: Document) -> None:
-    for e in doc.errors:
+    error_list(doc.errors)
+
+
+def error_list(errs: list[dict[str, Any]]) -> None:
+    """One line per error (a fleet file's further problems indented under it), control characters visible."""
+    for e in clean(errs):
         err.print(Text("drover: " + error_line(e)), style="red")
         for problem in e.get("problems", [])[1:] if e.get("code") == "fleet_invalid" else []:
             err.print(Text("  " + problem), style="red")
@@ -184,6 +239,38 @@ def ops_list(ops: list[dict[str, Any]]) -> None:
         for f in spec["fields"]:
             req = "required" if f["required"] else f"default {json.dumps(f['default'])}"
             out.print(Text(f"    {f['name']:<14} {f['type']:<22} {req:<24} {f['description']}"))
+
+
+def fleet_show(data: dict[str, Any]) -> None:
+    fleet = data["fleet"]
+    path = data.get("path") or f"(none: the built-in fleet, {data.get('default_path')} not found)"
+    out.print(Text(f"fleet file: {path}"))
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("HOST", "SSH", "USER", "PORT", "PYTHON", "TAGS"):
+        table.add_column(col)
+    for name in data["hosts"]:
+        h = fleet["hosts"].get(name) or {}
+        ssh = h.get("ssh") or ("(this machine)" if name == "local" else name)
+        table.add_row(
+            name,
+            ssh,
+            h.get("user") or "-",
+            str(h.get("port") or "-"),
+            h.get("python", "python3"),
+            ",".join(h.get("tags", [])) or "-",
+        )
+    out.print(table)
+    d, lim = fleet["defaults"], fleet["limits"]
+    out.print(
+        Text(
+            f"limits: {lim['max_chars']:,} chars, burst {lim['bucket_size']} then {lim['bucket_refill_per_s']:g}/s, "
+            f"duplicates refused within {lim['duplicate_window_s']:g}s · timeouts: connect {d['connect_timeout']:g}s, "
+            f"request {d['request_timeout']:g}s · concurrency {d['concurrency']}",
+            style="dim",
+        )
+    )
+    if fleet.get("engines"):
+        out.print(Text("engine profiles overridden: " + ", ".join(sorted(fleet["engines"])), style="dim"))
 
 
 def _mark(value: bool | None) -> Text:

@@ -102,13 +102,25 @@ class Context:
     home: Path | None = None
     progress: Callable[[str, int, int], None] | None = None
     _fleet: Fleet | None = None
+    _fleet_file: Path | None = None
     _transports: dict[str, Transport] = field(default_factory=dict)
 
     @property
     def fleet(self) -> Fleet:
+        """The fleet, loaded once per Context (an invalid file raises FleetInvalid every time it is asked for)."""
         if self._fleet is None:
-            self._fleet, _path = load_fleet(self.fleet_path)
+            self._fleet, self._fleet_file = load_fleet(self.fleet_path)
         return self._fleet
+
+    @property
+    def fleet_file(self) -> Path | None:
+        """The file the fleet came from (None: the built-in fleet)."""
+        _ = self.fleet
+        return self._fleet_file
+
+    def forget_fleet(self) -> None:
+        """The fleet file was edited: load it again when next asked."""
+        self._fleet, self._fleet_file = None, None
 
     @property
     def truth(self) -> TruthFile:
@@ -160,6 +172,8 @@ def parse_payload(name: str, payload: str | dict[str, Any] | None) -> Request:
                 f"the request for {name} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
                 hint='quote it in single quotes: drover op sessions.list \'{"host": "local"}\'',
             ) from None
+        except RecursionError:
+            raise BadJSON(f"the request for {name} is nested too deeply to be a request") from None
     if payload is None:
         payload = {}
     if not isinstance(payload, dict):

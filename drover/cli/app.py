@@ -1,0 +1,179 @@
+"""The CLI's shared core: the typer apps, the per-invocation state and its one Context, `run` and `finish`.
+
+Command modules (`commands`, `fleet_cmds`, `demo`) import this module and register their commands on its apps;
+`main` imports them all and holds `main()`.  Nothing here imports pydantic, asyncssh or the ops at import time,
+so `drover --help` and `--version` stay fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from drover import __version__
+from drover.cli import render
+from drover.errors import UsageError
+
+if TYPE_CHECKING:
+    from drover.ops.core import Context, Document
+    from drover.targets import Target
+
+EXIT_CODES = """Exit codes: 0 delivered or queued (or the op succeeded) · 1 internal error · 2 usage (bad arguments, malformed
+JSON, unknown op, empty text or target) · 3 held for a human · 4 refused or dropped · 5 failed to reach the session ·
+6 unknown host or unknown/ambiguous session · 7 invalid fleet file · 8 some hosts failed · 9 timed out waiting ·
+130 interrupted."""
+
+HELP = f"""Deliver text to AI coding-agent sessions (Claude Code, Codex, any program in tmux) on any host of your
+fleet, safely, and keep a record of every message.
+
+\b
+  drover ls                               every session on every host
+  drover status local:%3                  alive, and doing what?
+  drover send local:%3 "rebase on master" deliver a message (guarded: never into a dialog)
+  drover log                              what was sent, and what became of it
+  drover op sessions.message '{{"host":"local","id":"%3","text":"hi"}}'
+
+Targets are HOST:ID; HOST defaults to `local`. ID is a pane id (%3), session:window.pane, or a unique name.
+--fleet, --actor and --debug go before or after the command; a text that starts with - goes after --.
+
+\b
+{EXIT_CODES}"""
+
+app = typer.Typer(
+    help=HELP,
+    no_args_is_help=True,
+    add_completion=True,  # --install-completion / --show-completion
+    pretty_exceptions_enable=False,  # never a traceback with local variables in it
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+fleet_app = typer.Typer(help="Show and edit the fleet inventory (fleet.toml).", no_args_is_help=True)
+guard_app = typer.Typer(help="Check the tmux guard's engine profiles against saved screens.", no_args_is_help=True)
+log_app = typer.Typer(help="Query the truth file: every message and what became of it.", invoke_without_command=True)
+app.add_typer(fleet_app, name="fleet")
+app.add_typer(guard_app, name="guard")
+app.add_typer(log_app, name="log")
+
+
+class State:
+    """What this invocation was told (--fleet, --actor, --debug) and the one Context its commands share."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.fleet: str | None = None
+        self.actor: str | None = None
+        self.debug = False
+        self.ctx: Context | None = None
+
+
+state = State()
+
+# The options every command takes, wherever they are typed: `drover --actor me send …` and `drover send … --actor me`.
+FleetOpt = Annotated[
+    str | None,
+    typer.Option("--fleet", help="fleet file (default: $DROVER_FLEET, else ~/.config/drover/fleet.toml)", show_default=False),
+]
+ActorOpt = Annotated[
+    str | None, typer.Option("--actor", help="who is sending (default: $DROVER_ACTOR, else user@host)", show_default=False)
+]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="show tracebacks for internal errors", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the op's JSON document instead of a table")]
+
+
+def common(fleet: str | None = None, actor: str | None = None, debug: bool = False) -> None:
+    """Take --fleet, --actor and --debug as typed after the command; they win over those typed before it."""
+    if fleet is not None:
+        state.fleet = fleet
+    if actor is not None:
+        state.actor = actor
+    state.debug = state.debug or debug
+
+
+def context() -> Context:
+    """This invocation's Context: one per run of `drover`, so the fleet file is read (and checked) once."""
+    if state.ctx is None:
+        from drover.ops import Context
+
+        state.ctx = Context(fleet_path=state.fleet, actor=state.actor, progress=_progress())
+    return state.ctx
+
+
+def _progress() -> Any:
+    """A transient progress bar on stderr for fan-outs over more than a few hosts (TTY only)."""
+    if not sys.stderr.isatty():
+        return None
+    return render.FanOutProgress()
+
+
+def run(name: str, payload: dict[str, Any] | str) -> Document:
+    from drover.ops import run as run_op
+
+    return run_op(name, payload, context())
+
+
+def finish(doc: Document, as_json: bool, show: Any) -> None:
+    """Print the document (JSON, or the human rendering and one line per error) and exit with its code."""
+    if as_json:
+        render.print_json(doc)
+    else:
+        if doc.data is not None:
+            show(render.clean(doc.data))
+        # These renderings show their own problems (per host, or the refused outcome); others get one line each.
+        if doc.data is None or doc.op not in ("sessions.message", "fleet.check"):
+            render.errors(doc)
+    raise typer.Exit(doc.exit_code)
+
+
+def target(value: str) -> Target:
+    """HOST:ID as typed, against this invocation's fleet (an invalid fleet file is an error here too)."""
+    from drover import targets
+
+    return targets.parse(value, context().fleet)
+
+
+def read_text(text: str, what: str = "the message") -> str:
+    """An argument, or with `-` all of stdin; either must be UTF-8 (anything else is a usage error, exit 2)."""
+    if text != "-":
+        return _utf8(text, what)
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # a text stream (tests, embedding): already decoded
+        return _utf8(sys.stdin.read(), what)
+    raw = stream.read()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{what} on stdin is not valid UTF-8 (byte {exc.start}: {exc.reason})",
+            hint="convert it first, e.g. iconv -f latin1 -t utf-8",
+        ) from None
+
+
+def _utf8(text: str, what: str) -> str:
+    # Arguments that were not UTF-8 arrive as lone surrogates (PEP 383): refuse them here, not in the truth file.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(f"{what} is not valid UTF-8 (character {exc.start})") from None
+    return text
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"drover {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _global(
+    fleet: FleetOpt = None,
+    actor: ActorOpt = None,
+    debug: DebugOpt = False,
+    version: Annotated[
+        bool, typer.Option("--version", help="print the version and exit", is_eager=True, callback=_print_version)
+    ] = False,
+) -> None:
+    common(fleet, actor, debug)

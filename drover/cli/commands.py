@@ -1,0 +1,235 @@
+"""The session and record commands: ls, status, send, wait, read, op, log, guard check.
+
+Each parses its arguments, runs one op through `app.run` and prints its document through `app.finish`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from drover.cli import render
+from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, app, common, finish, guard_app, log_app, read_text, run, state
+from drover.cli.app import target as parse_target
+from drover.errors import UsageError
+
+
+def complete_target(incomplete: str) -> list[str]:
+    """Shell completion for HOST:ID: the fleet's hosts (sessions would need a round trip to every host)."""
+    try:
+        from drover import fleet as fleet_mod
+
+        names = fleet_mod.load(state.fleet)[0].host_names()
+    except Exception:  # noqa: BLE001 - completion must never print a traceback into the user's shell
+        return []
+    return [f"{name}:" for name in names if f"{name}:".startswith(incomplete)]
+
+
+TargetArg = Annotated[
+    str, typer.Argument(help="HOST:ID, e.g. local:%3 or box-a:webapp", show_default=False, autocompletion=complete_target)
+]
+
+
+@app.command("ls")
+def ls(
+    host: Annotated[list[str] | None, typer.Option("--host", "-H", help="only this host (repeatable)")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="only hosts with this tag (repeatable)")] = None,
+    engine: Annotated[str | None, typer.Option("--engine", "-e", help="only sessions running this engine")] = None,
+    as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    actor: ActorOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """List every session on every host (or the chosen ones): engine, state, directory."""
+    common(fleet, actor, debug)
+    doc = run("sessions.list", {"hosts": host or None, "tags": tag or None, "engine": engine})
+    finish(doc, as_json, render.sessions_table)
+
+
+@app.command("status")
+def status(
+    target: TargetArg,
+    tail: Annotated[int, typer.Option("--tail", help="screen lines to show")] = 8,
+    as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    actor: ActorOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Alive, and doing what? The session's state with its evidence."""
+    common(fleet, actor, debug)
+    t = parse_target(target)
+    doc = run("sessions.status", {"host": t.host, "id": t.id, "tail": tail})
+    finish(doc, as_json, render.status)
+
+
+@app.command("send")
+def send(
+    target: TargetArg,
+    text: Annotated[str, typer.Argument(help="the message, or - to read it from stdin (after --, a text may start with -)")],
+    via: Annotated[str, typer.Option("--via", help="lane: auto (inbox for Claude, else tmux), inbox, or tmux")] = "auto",
+    expect_engine: Annotated[str | None, typer.Option("--expect-engine", help="refuse unless the pane runs this engine")] = None,
+    as_owner: Annotated[
+        bool, typer.Option("--as-owner", help="these are the owner's own words: declare the target's permission class")
+    ] = False,
+    as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    actor: ActorOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Deliver a message to one session. Refuses panes showing a dialog; records every message.
+
+    Claude Code sessions get it in their own inbox (no tmux involved); anything else in tmux by guarded paste.
+    Agent engines get the text inside a <cross-session-message from-name="drover (ACTOR)" from-mode="prompting">
+    envelope; plain shells get the raw text. Control characters arrive as visible symbols (ESC as ␛), never as keys.
+    --as-owner (only where the fleet sets owner_relay = true) declares the class the target runs in, so the owner's
+    own words reach a session that bypasses permission prompts instead of being held.
+    """
+    common(fleet, actor, debug)
+    t = parse_target(target)
+    payload: dict[str, Any] = {"host": t.host, "id": t.id, "text": read_text(text), "via": via, "as_owner": as_owner}
+    if expect_engine:
+        payload["expect_engine"] = expect_engine
+    doc = run("sessions.message", payload)
+    finish(doc, as_json, render.outcome)
+
+
+@app.command("wait")
+def wait(
+    target: TargetArg,
+    until: Annotated[str, typer.Option("--until", help="idle or exited")] = "idle",
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds before giving up (exit 9)")] = 600.0,
+    as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    actor: ActorOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Block until a session is idle (or has exited). Claude sessions notify; other engines are watched on their host."""
+    common(fleet, actor, debug)
+    t = parse_target(target)
+    doc = run("sessions.wait", {"host": t.host, "id": t.id, "until": until, "timeout_s": timeout})
+    finish(doc, as_json, render.waited)
+
+
+@app.command("read")
+def read(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="HOST:ID (a Claude session, or a Codex rollout id)", show_default=False, autocompletion=complete_target
+        ),
+    ],
+    last: Annotated[int, typer.Option("--last", "-n", help="the last N matching events")] = 20,
+    role: Annotated[list[str] | None, typer.Option("--role", help="user, assistant, peer or tool (repeatable)")] = None,
+    grep: Annotated[str | None, typer.Option("--grep", help="only events matching this regex")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="10m, 2h, or an ISO time")] = None,
+    raw: Annotated[bool, typer.Option("--raw", help="the raw transcript records (with --json)")] = False,
+    as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    actor: ActorOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Read a transcript, filtered on the host: text only, tool calls summarised, never the whole file unless asked."""
+    common(fleet, actor, debug)
+    t = parse_target(target)
+    payload = {"host": t.host, "id": t.id, "last": last, "roles": role or None, "grep": grep, "since": since, "raw": raw}
+    doc = run("sessions.read", payload)
+    finish(doc, as_json, render.transcript)
+
+
+@app.command("op")
+def op_cmd(
+    verb: Annotated[str | None, typer.Argument(help="the op, e.g. sessions.message")] = None,
+    request: Annotated[str | None, typer.Argument(help="the request as JSON, or - to read it from stdin")] = None,
+    list_ops: Annotated[bool, typer.Option("--list", help="list the ops and their request fields")] = False,
+    as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    actor: ActorOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Run any op with a JSON request and print its JSON document: {"drover":1,"op","ok","data","errors"}."""
+    common(fleet, actor, debug)
+    from drover.ops import describe
+
+    if list_ops or verb is None:
+        ops = describe()
+        render.print_json({"drover": 1, "ops": ops}) if as_json else render.ops_list(ops)
+        raise typer.Exit(0)
+    payload = read_text(request, "the request") if request is not None else "{}"
+    doc = run(verb, payload)
+    render.print_json(doc)
+    if not doc.ok:
+        render.error_list(doc.errors)
+    raise typer.Exit(doc.exit_code)
+
+
+@log_app.callback()
+def log(
+    ctx: typer.Context,
+    target: Annotated[str | None, typer.Option("--target", help="HOST:ID as it was addressed")] = None,
+    actor: Annotated[str | None, typer.Option("--actor", help="only this sender (here --actor filters)")] = None,
+    outcome: Annotated[
+        str | None, typer.Option("--outcome", help="delivered, queuedBehindTurn, held, refused, dropped, failed")
+    ] = None,
+    since: Annotated[str | None, typer.Option("--since", help="10m, 2h, 7d, or an ISO time")] = None,
+    pending: Annotated[bool, typer.Option("--pending", help="only messages accepted with no outcome (a crash mid-send)")] = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="the newest N")] = 50,
+    as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """What was sent, by whom, to whom, and what became of it. `drover log show ID` for one message."""
+    common(fleet, None, debug)
+    if ctx.invoked_subcommand:
+        return
+    payload: dict[str, Any] = {"actor": actor, "outcome": outcome, "since": since, "pending": pending, "limit": limit}
+    if target is not None:
+        t = parse_target(target)
+        # A bare ID matches that ID on any host; HOST:ID only on that host.
+        payload["target"] = t.id
+        if t.named_host:
+            payload["host"] = t.host
+    doc = run("messages.list", payload)
+    finish(doc, as_json, render.messages_table)
+
+
+@log_app.command("show")
+def log_show(
+    msg_id: Annotated[str, typer.Argument(help="message id (msg_...) or a unique prefix")],
+    as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    actor: ActorOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """One message: full text, target, outcome, lane, detail."""
+    common(fleet, actor, debug)
+    doc = run("messages.get", {"id": msg_id})
+    finish(doc, as_json, render.message)
+
+
+@guard_app.command("check")
+def guard_check(
+    engine: Annotated[str, typer.Option("--engine", "-e", help="claude, codex, gemini, demo, shell, or one of fleet.toml")],
+    file: Annotated[str, typer.Option("--file", "-f", help="a saved screen (tmux capture-pane -p > screen.txt), or -")],
+    as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    actor: ActorOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Classify a saved screen. Exit 0 = a paste would go ahead, 1 = it would be refused."""
+    common(fleet, actor, debug)
+    try:
+        if file == "-":
+            screen = read_text("-", "the screen")
+        else:
+            with open(file, encoding="utf-8", errors="replace") as f:
+                screen = f.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {file}: {exc.strerror}") from None
+    doc = run("guard.check", {"engine": engine, "screen": screen})
+
+    def show(data: dict[str, Any]) -> None:
+        style = render.STATE_STYLE.get(data["state"], "")
+        render.out.print(f"{data['state']}: {data['reason']} → {data['verdict']}", style=style, markup=False)
+
+    finish(doc, as_json, show)
