@@ -9,22 +9,23 @@ Each answer is written as ANSWER_MARK + its length + newline + the JSON, so what
 before the helper started cannot be mistaken for it.
 """
 
+import importlib
 import json
 import os
 import sys
 import time
 from typing import Any, BinaryIO, Callable, Dict, List, Optional
 
-from . import claude, delivery, discovery, tmux, transcripts, wait
 from . import protocol as P
 from .profiles import merge_profiles
 from .protocol import HelperError
-from .screen import classify, lines_of
 
 Profiles = Dict[str, Dict[str, Any]]
 
 
 def op_hello(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    from . import claude, discovery, tmux
+
     warnings: List[str] = []
     sessions = discovery.discover(profiles, warnings)
     engines: Dict[str, int] = {}
@@ -44,6 +45,8 @@ def op_hello(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
 
 
 def op_list(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    from . import discovery
+
     warnings: List[str] = []
     sessions = discovery.discover(profiles, warnings)
     if args.get("state", True):
@@ -52,6 +55,9 @@ def op_list(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
 
 
 def op_status(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    from . import discovery
+    from .screen import lines_of
+
     warnings: List[str] = []
     session = discovery.with_state(discovery.find(args, profiles, warnings), profiles)
     screen = session.get("_screen", "")
@@ -62,6 +68,8 @@ def op_status(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
 
 
 def op_read(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    from . import discovery, transcripts
+
     target = args.get("target", "")
     try:
         session: Optional[Dict[str, Any]] = discovery.find(args, profiles, [])
@@ -76,6 +84,8 @@ def op_read(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
 
 
 def op_classify(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    from .screen import classify
+
     engine = args.get("engine", "shell")
     if engine not in profiles:
         known = ", ".join(sorted(profiles))
@@ -83,12 +93,21 @@ def op_classify(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     return classify(args.get("screen", ""), profiles[engine])
 
 
+def _in(module: str, name: str) -> Callable[[Dict[str, Any], Profiles], Any]:
+    """An op whose module is imported only when a request needs it: a cold start pays for what it uses."""
+
+    def run(args: Dict[str, Any], profiles: Profiles) -> Any:
+        return getattr(importlib.import_module("." + module, __package__), name)(args, profiles)
+
+    return run
+
+
 OPS: Dict[str, Callable[[Dict[str, Any], Profiles], Any]] = {
     "hello": op_hello,
     "list": op_list,
     "status": op_status,
-    "deliver": delivery.deliver,
-    "wait": wait.wait,
+    "deliver": _in("delivery", "deliver"),
+    "wait": _in("wait", "wait"),
     "read": op_read,
     "classify": op_classify,
 }
