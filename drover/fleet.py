@@ -268,6 +268,7 @@ def _unsafe(path: Path, what: str) -> ConfigError:
 def add_host(text: str, path: Path, name: str, entry: dict[str, Any], replace: bool = False) -> str:
     """The fleet text with host `name` added (or, with replace, its keys set to `entry`), everything else kept."""
     import tomlkit
+    from tomlkit.items import InlineTable
 
     before = _toml(text, path)
     hosts_now = before.get("hosts", {})
@@ -278,25 +279,32 @@ def add_host(text: str, path: Path, name: str, entry: dict[str, Any], replace: b
         raise UsageError(f"host {name!r} is already in {path}", hint="use --replace to overwrite it")
     if text and not text.endswith("\n"):
         text += "\n"
-    doc = tomlkit.parse(text)
-    hosts = doc.get("hosts")
-    if hosts is None:
-        hosts = tomlkit.table(is_super_table=True)
-        doc["hosts"] = hosts
-    if exists:
-        # In place, key by key: the table keeps its position, its comments and the comments that follow it.
-        table = hosts[name]
-        for key in [k for k in table if k not in entry]:
-            del table[key]
-        for key, value in entry.items():
-            table[key] = value
-    else:
-        table = tomlkit.table()
-        for key, value in entry.items():
-            table[key] = value
-        table.add(tomlkit.nl())
-        hosts[name] = table
-    new = tomlkit.dumps(doc).rstrip("\n") + "\n"
+    try:
+        doc = tomlkit.parse(text)
+        hosts = doc.get("hosts")
+        if hosts is None:
+            hosts = tomlkit.table(is_super_table=True)
+            doc["hosts"] = hosts
+        if exists:
+            # In place, key by key: the table keeps its position, its comments and the comments that follow it.
+            table = hosts[name]
+            for key in [k for k in table if k not in entry]:
+                del table[key]
+            for key, value in entry.items():
+                table[key] = value
+        elif isinstance(hosts, InlineTable):  # hosts = { a = {…} }: one more inline entry
+            inline = tomlkit.inline_table()
+            inline.update(entry)
+            hosts[name] = inline
+        else:
+            table = tomlkit.table()
+            for key, value in entry.items():
+                table[key] = value
+            table.add(tomlkit.nl())
+            hosts[name] = table
+        new = tomlkit.dumps(doc).rstrip("\n") + "\n"
+    except Exception:  # noqa: BLE001 - a layout tomlkit cannot edit: refuse, never crash
+        raise _unsafe(path, f"add host {name!r}") from None
     expected = {**before, "hosts": {**hosts_now, name: entry}}
     if not _same(_toml(new, path), expected):
         raise _unsafe(path, f"add host {name!r}")
@@ -360,9 +368,12 @@ def remove_host(text: str, path: Path, name: str) -> str:
     if new is None or not _same(_toml(new, path), expected):
         import tomlkit
 
-        doc = tomlkit.parse(text)
-        del doc["hosts"][name]
-        new = tomlkit.dumps(doc)
+        try:
+            doc = tomlkit.parse(text)
+            del doc["hosts"][name]
+            new = tomlkit.dumps(doc)
+        except Exception:  # noqa: BLE001 - a layout tomlkit cannot edit: refuse, never crash
+            raise _unsafe(path, f"remove host {name!r}") from None
         if not _same(_toml(new, path), expected):
             raise _unsafe(path, f"remove host {name!r}")
     return new

@@ -169,9 +169,9 @@ def test_shell_completion_is_offered(cli: Any, isolated: Path) -> None:
     assert drover_process(env=words).out.split() == ["--actor"]
 
 
-def test_help_stays_fast_with_completion() -> None:
+def test_help_with_completion_loads_no_heavy_module() -> None:
     code = (
-        "import sys, time; t = time.perf_counter(); from drover.cli.main import main; main(['--help']); "
+        "import sys; from drover.cli.main import main; main(['--help']); "
         "print(sorted(m for m in ('drover.ops', 'pydantic', 'asyncssh', 'tomlkit') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=60)

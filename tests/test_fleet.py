@@ -161,6 +161,32 @@ def test_replace_edits_the_host_in_place(cli: Any, isolated: Path) -> None:
     assert "# the GPU box in Frankfurt\n[hosts.box-a]\n" in text and "# the build box" in text
 
 
+@pytest.mark.parametrize(
+    ("layout", "comment_stays"),
+    [
+        ('hosts = { box-a = { ssh = "a" } }  # all on one line\n', True),
+        ('[hosts]\nbox-a = { ssh = "a" }  # inline entries\n', False),
+        ('hosts.box-a.ssh = "a"  # dotted keys\n[limits]\nmax_chars = 10\n', False),
+        ('[hosts]\nbox-a.ssh = "a"  # dotted under [hosts]\n', False),
+    ],
+)
+def test_other_layouts_are_edited_too(cli: Any, isolated: Path, layout: str, comment_stays: bool) -> None:
+    path = isolated / "fleet.toml"
+    path.write_text(layout, encoding="utf-8")
+    comment = "#" + layout.split("#")[1].split("\n")[0]
+    add = cli("--fleet", str(path), "fleet", "add", "box-b", "--tag", "x")
+    assert add.code == 0, add.err
+    text = path.read_text(encoding="utf-8")
+    assert comment in text
+    assert tomllib.loads(text)["hosts"] == {"box-a": {"ssh": "a"}, "box-b": {"ssh": "box-b", "tags": ["x"]}}
+    assert cli("--fleet", str(path), "fleet", "remove", "box-a").code == 0
+    text = path.read_text(encoding="utf-8")
+    assert tomllib.loads(text)["hosts"] == {"box-b": {"ssh": "box-b", "tags": ["x"]}}
+    assert (comment in text) is comment_stays  # a comment on box-a's own line goes with it, unless the line stays
+    if "[limits]" in layout:
+        assert tomllib.loads(text)["limits"] == {"max_chars": 10}
+
+
 def test_concurrent_adds_from_six_processes_all_land(isolated: Path) -> None:
     path = isolated / "config" / "drover" / "fleet.toml"
     path.parent.mkdir(parents=True)
