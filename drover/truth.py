@@ -607,12 +607,13 @@ class TruthFile:
     def recent(self, since_ts: float, stats: ReadStats | None = None, fd: int | None = None) -> list[dict[str, Any]]:
         """Events at or after since_ts, oldest first, read backwards from the end so old history costs nothing."""
         out: list[dict[str, Any]] = []
+        cutoff = since_ts - ORDER_SLACK_S
         for ev in self.backward(stats, fd):
-            ts = float(ev["ts"])
+            ts = ev["ts"]
             if ts >= since_ts:
                 out.append(ev)
-            elif ts < since_ts - ORDER_SLACK_S:
-                break
+            elif ts < cutoff and ev["event"] == "accepted":
+                break  # accepted events carry the sender's clock in file order; other kinds may come late
         out.reverse()
         return out
 
