@@ -7,7 +7,8 @@ temporary DROVER_HOME, then runs, as separate processes, R times each:
   log -n 20           python -m drover log -n 20 --json          (the newest 20: read from the end)
   log --since 1h      python -m drover log --since 1h --json     (a time window: stops at the window's start)
   log show OLD        python -m drover log show ID --json        (a message from the first hour of the file)
-  log --pending       python -m drover log --pending --json      (a full scan: every event is read once)
+  log --pending       python -m drover log --pending --json      (the newest 50 of the 1 in 997 left pending)
+  log --actor nobody  python -m drover log --actor nobody --json (no match: the whole file is read, once)
   python start        python -c "import drover.ops"              (the floor: interpreter and imports)
 
 and prints the median wall time and the peak RSS of each (ru_maxrss of that child, from os.wait4; the last line
@@ -136,9 +137,10 @@ def main() -> int:
             ("log --since 1h", [*py, "-m", "drover", "log", "--since", "1h", "--json"]),
             ("log show OLD", [*py, "-m", "drover", "log", "show", old_id, "--json"]),
             ("log --pending", [*py, "-m", "drover", "log", "--pending", "--json"]),
+            ("log --actor nobody", [*py, "-m", "drover", "log", "--actor", "nobody", "--json"]),
             ("python start", [*py, "-c", "import drover.ops"]),
         ]
-        print(f"{'command':<16} {'wall (median)':>14} {'peak RSS':>10}  answer")
+        print(f"{'command':<20} {'wall (median)':>14} {'peak RSS':>10}  answer")
         for label, cmd in commands:
             if args.only and args.only not in label:
                 continue
@@ -150,7 +152,7 @@ def main() -> int:
                 if code == 0 and out.strip():
                     data = json.loads(out)["data"]
                     answer = f"{len(data['messages'])} messages" if "messages" in data else f"{data['message']['id']}"
-            print(f"{label:<16} {statistics.median(walls):>12.3f} s {rss / 1024:>7.0f} MB  {answer}")
+            print(f"{label:<20} {statistics.median(walls):>12.3f} s {rss / 1024:>7.0f} MB  {answer}")
         total = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         print(f"peak RSS of any child (getrusage RUSAGE_CHILDREN): {total / 1024:.0f} MB")
     finally:
