@@ -1,0 +1,277 @@
+"""The real Codex CLI (0.169.0), offline, in tmux: the screens drover's codex profile relies on, and where what a
+session is sent ends up (the model request, the rollout, the app-server's thread list).
+
+The captures in tests/screens/codex-real-*.txt come from `python -m tests.codexlab`; these tests check that a live
+session draws the same thing, and that the reading proposed for drover (codexlab.read_screen) gets them right.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.codexlab import CodexLab, CodexSession, app_server, ensure_binary, read_screen, wait_for
+
+SCREENS = Path(__file__).resolve().parent / "screens"
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[CodexLab]:
+    """One lab for the module: starting its app-server daemon is the slow part; each test starts its own session."""
+    binary, why = ensure_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the tests against the real Codex CLI, but: {why}")
+        pytest.skip(f"the real Codex CLI cannot run here: {why}")
+    root = Path(tempfile.mkdtemp(prefix="dcx-"))  # short: Unix socket paths live under it
+    lab = CodexLab(root, binary)
+    try:
+        yield lab
+    finally:
+        lab.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def plain_model(lab: CodexLab) -> None:
+    lab.set_control()
+
+
+def normalise(screen: str, session: CodexSession) -> list[str]:
+    """The screen's non-empty lines with what varies from run to run (paths, timers, spinner, warnings) made fixed."""
+    out = []
+    for line in screen.splitlines():
+        line = re.sub(r"\S*/dcx-\w+/[\w-]+", "<cwd>", line.replace(str(session.cwd), "<cwd>"))
+        line = re.sub(r"^[•◦] Working \(\d+[\dhms ]*•", "• Working (N •", line)
+        if re.match(r"\s*(Worked for |└ Tip: )", line):
+            continue  # history decoration, drawn a moment after the reply (or not at all)
+        line = re.sub(r"⚠ \d+ warnings? · f2 to view", "", line)
+        line = re.sub(r"\s+", " ", line).strip()
+        if line:
+            out.append(line)
+    return out
+
+
+def tail_from(lines: list[str], marker: str) -> list[str]:
+    starts = [i for i, line in enumerate(lines) if re.search(marker, line)]
+    assert starts, f"{marker!r} not in {lines}"
+    return lines[starts[-1] :]
+
+
+def same_as_capture(screen: str, session: CodexSession, name: str, marker: str) -> None:
+    """The region from the last line matching marker down to the bottom is what the committed capture shows."""
+    capture = (SCREENS / f"codex-real-{name}.txt").read_text(encoding="utf-8")
+    live = tail_from(normalise(screen, session), marker)
+    saved = tail_from(normalise(capture, session), marker)
+    assert live == saved, f"live screen differs from {name}:\n{screen}"
+
+
+def rollout_turns(session: CodexSession) -> list[list[str]]:
+    """The user messages of the rollout, grouped by the turn (task_started) they arrived in."""
+    turns: list[list[str]] = []
+    for row in session.rollout():
+        payload = row.get("payload") or {}
+        if payload.get("type") == "task_started":
+            turns.append([])
+        elif row.get("type") == "response_item" and payload.get("type") == "message" and payload.get("role") == "user":
+            text = "\n".join(str(p.get("text", "")) for p in payload.get("content") or [])
+            if turns and not text.startswith("<"):
+                turns[-1].append(text)
+    return turns
+
+
+def wait_turns(session: CodexSession, expected: list[list[str]], timeout: float = 20.0) -> None:
+    """The rollout's turns become exactly `expected` (a turn's task_started is written before its message)."""
+    try:
+        wait_for(lambda: rollout_turns(session) == expected, timeout, f"the rollout's turns to be {expected}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; they are {rollout_turns(session)}") from None
+
+
+def thread_status(lab: CodexLab, thread_id: str) -> dict[str, Any]:
+    sock = lab.codex_home / "app-server-control" / "app-server-control.sock"
+    listing = app_server(sock, [("thread/list", {})])[0]["result"]["data"]
+    return next(t for t in listing if t["id"] == thread_id)
+
+
+def test_idle_screen_and_a_human_draft(lab: CodexLab) -> None:
+    s = lab.start("idle-a")
+    screen = s.wait_idle()
+    assert read_screen(screen) == {"state": "idle", "draft": None, "reason": read_screen(screen)["reason"]}
+    same_as_capture(screen, s, "idle", r"^› ")
+    # a draft: the footer's "? for shortcuts" goes (the capture's footer has only the warnings on the right)
+    s.paste("a human draft, not sent")
+    screen = s.wait_screen(r"^› a human draft, not sent")
+    assert "? for shortcuts" not in screen
+    assert read_screen(screen)["draft"] == "a human draft, not sent"
+    same_as_capture(screen, s, "idle-with-draft", r"^› ")
+    # a draft that reads like the placeholder is still a draft: only the footer tells (and the dim style)
+    s.keys("C-u")
+    s.wait_idle()
+    s.paste("Ask Codex to do anything")
+    wait_for(lambda: "? for shortcuts" not in s.screen(), 10, "the footer to drop its hint")
+    assert read_screen(s.screen())["draft"] == "Ask Codex to do anything"
+    s.keys("C-u")
+    # a large paste shows as a placeholder of its own
+    s.wait_idle()
+    s.paste("x" * 2000)
+    screen = s.wait_screen(r"\[Pasted Content 2000 chars\]")
+    assert read_screen(screen)["draft"] == "[Pasted Content 2000 chars]"
+    same_as_capture(screen, s, "idle-with-pasted-draft", r"^› ")
+    s.keys("C-u")
+    s.wait_idle()
+
+
+def test_busy_screen_with_and_without_a_draft(lab: CodexLab) -> None:
+    s = lab.start("busy-a")
+    lab.set_control(hold=True)
+    s.submit("start a slow turn")
+    screen = s.wait_screen(r"esc to interrupt\)")
+    assert read_screen(screen)["state"] == "busy" and read_screen(screen)["draft"] is None
+    assert s.title().endswith("busy-a") and s.title() != "busy-a"  # a spinner before the folder name
+    same_as_capture(screen, s, "busy", r"esc to interrupt\)")
+    s.paste("a human draft while busy")
+    screen = s.wait_screen(r"tab to queue message")
+    assert read_screen(screen) == {"state": "busy", "draft": "a human draft while busy", "reason": read_screen(screen)["reason"]}
+    same_as_capture(screen, s, "busy-with-draft", r"esc to interrupt\)")
+    s.keys("C-u")
+    lab.set_control()
+    s.wait_idle()
+
+
+def test_approval_dialog_replaces_the_composer(lab: CodexLab) -> None:
+    s = lab.start("approve-a")
+    marker = lab.root / "approve-a-ran"
+    lab.set_control(shell={"command": "rm -rf build"})
+    s.submit("please clean the build")
+    screen = s.wait_screen(r"Press enter to confirm or esc to cancel")
+    assert read_screen(screen)["state"] == "dialog"
+    assert "Ask Codex to do anything" not in screen and "? for shortcuts" not in screen
+    assert re.fullmatch(r"\[ [!.] \] Action Required \| approve-a", s.title()), s.title()  # it blinks
+    same_as_capture(screen, s, "approval-dialog", r"^Would you like to run the following command\?")
+    status = thread_status(lab, s.find_thread())
+    assert status["status"] == {"type": "active", "activeFlags": ["waitingOnApproval"]}
+    s.keys("Escape")
+    s.wait_screen(r"Conversation interrupted")
+    assert not marker.exists()
+    s.keys("C-u")  # an interrupted turn may hand its prompt back to the composer
+    s.wait_idle()
+    wait_for(lambda: thread_status(lab, s.thread_id)["status"] == {"type": "idle"}, 15, "the thread to go idle")
+
+
+def test_a_submitted_message_reaches_the_model_and_the_rollout(lab: CodexLab) -> None:
+    s = lab.start("record-a")
+    s.submit("hello codex from the drover tests")
+    s.wait_screen(r"^› hello codex from the drover tests\s*\n\s*• Understood\.")
+    s.find_thread()
+    wait_for(lambda: "hello codex from the drover tests" in s.user_messages(), 15, "the message in the rollout")
+    turn = next(r for r in lab.turns() if "hello codex from the drover tests" in lab.inputs_of(r))
+    assert turn["body"]["client_metadata"]["thread_id"] == s.thread_id
+    path = s.rollout_path()
+    assert path is not None and path.name.endswith(f"-{s.thread_id}.jsonl")
+    assert path.relative_to(lab.codex_home / "sessions").parts[0].isdigit()  # sessions/YYYY/MM/DD/
+    s.wait_idle()
+    thread = wait_for(lambda: (t := thread_status(lab, s.thread_id))["status"] == {"type": "idle"} and t, 15, "idle thread")
+    assert thread["cwd"] == str(s.cwd) and thread["path"] == str(path)
+
+
+def test_a_numbered_prompt_in_history_is_not_a_menu(lab: CodexLab) -> None:
+    s = lab.start("history-a")
+    s.submit("1. fix the flaky test")
+    s.wait_screen(r"^› 1\. fix the flaky test\s*\n\s*• Understood\.")
+    screen = s.wait_idle()
+    assert read_screen(screen)["state"] == "idle" and read_screen(screen)["draft"] is None
+    same_as_capture(screen, s, "idle-history-numbered-prompt", r"^› 1\. fix the flaky test")
+
+
+def test_enter_while_busy_steers_the_turn_and_tab_queues_one(lab: CodexLab) -> None:
+    s = lab.start("steer-a")
+    lab.set_control(hold=True)
+    s.submit("first, a slow turn")
+    s.wait_screen(r"esc to interrupt\)")
+    wait_for(lambda: any(lab.inputs_of(r)[-1:] == ["first, a slow turn"] for r in lab.turns()), 15, "the first request")
+    first = next(r["req"] for r in lab.turns() if lab.inputs_of(r)[-1:] == ["first, a slow turn"])
+    s.submit("steered in with Enter")
+    # Codex hangs up on the running request and asks again with both prompts
+    wait_for(
+        lambda: {"event": "closed", "req": first} in [{k: r.get(k) for k in ("event", "req")} for r in lab.requests_log()],
+        15,
+        "closed",
+    )
+    wait_for(
+        lambda: any(lab.inputs_of(r)[-2:] == ["first, a slow turn", "steered in with Enter"] for r in lab.turns()), 15, "steer"
+    )
+    s.submit("queued with Tab", key="Tab")
+    s.wait_screen(r"Queued follow-up inputs\s*\n\s*↳ queued with Tab")
+    lab.set_control()
+    s.wait_screen(r"^› queued with Tab\s*\n\s*• Understood\.")
+    s.wait_idle()
+    s.find_thread()
+    wait_turns(s, [["first, a slow turn", "steered in with Enter"], ["queued with Tab"]])
+
+
+def test_codex_queue_runs_its_message_after_the_turn_and_leaves_the_draft(lab: CodexLab) -> None:
+    s = lab.start("queue-a")
+    lab.set_control(hold=True)
+    s.submit("a slow turn to queue behind")
+    s.wait_screen(r"esc to interrupt\)")
+    thread = s.find_thread()
+    assert thread_status(lab, thread)["status"]["type"] == "active"
+    s.paste("my own unsent words")
+    s.wait_screen(r"tab to queue message")
+    res = lab.codex("queue", "--thread", thread, "--message", "sent by codex queue")
+    assert res.returncode == 0, res.stderr
+    assert re.fullmatch(rf"Queued message [0-9a-f-]+ for thread {thread}\.\s*", res.stdout), res.stdout
+    lab.set_control()
+    wait_turns(s, [["a slow turn to queue behind"], ["sent by codex queue"]], timeout=30)
+    screen = s.wait_screen(r"^› sent by codex queue\s*\n\s*• Understood\.")
+    assert read_screen(screen)["draft"] == "my own unsent words"  # untouched
+    bad = lab.codex("queue", "--thread", "00000000-0000-0000-0000-000000000000", "--message", "x")
+    assert bad.returncode == 1 and "no rollout found for thread id" in bad.stderr
+    s.keys("C-u")
+    s.wait_idle()
+
+
+def test_trust_dialog_only_for_an_untrusted_git_folder(lab: CodexLab) -> None:
+    t = lab.start("trust-a", trust=False, git=True, wait=False)
+    screen = t.wait_screen(r"Trust this folder\?", timeout=60)
+    assert read_screen(screen)["state"] == "dialog"
+    same_as_capture(screen, t, "trust-dialog", r"^Folder access")
+    plain = lab.start("trust-b", trust=False, git=False)
+    assert read_screen(plain.screen())["state"] == "idle"
+
+
+def test_a_fresh_session_is_found_through_the_app_server_before_it_has_a_rollout(lab: CodexLab) -> None:
+    sock = lab.codex_home / "app-server-control" / "app-server-control.sock"
+    before = set(app_server(sock, [("thread/loaded/list", {})])[0]["result"]["data"]) if sock.exists() else set()
+    s = lab.start("fresh-a")
+
+    def new_thread() -> str | None:
+        loaded = set(app_server(sock, [("thread/loaded/list", {})])[0]["result"]["data"]) - before
+        for tid in loaded:
+            thread = app_server(sock, [("thread/read", {"threadId": tid})])[0]["result"]["thread"]
+            if thread["cwd"] == str(s.cwd):
+                return str(tid)
+        return None
+
+    tid = wait_for(new_thread, 15, "the new session's thread among the loaded ones")
+    listed = [t["id"] for t in app_server(sock, [("thread/list", {})])[0]["result"]["data"]]
+    assert tid not in listed  # thread/list (and the rollout files) know a thread only after its first message
+    assert not list((lab.codex_home / "sessions").glob(f"*/*/*/rollout-*-{tid}.jsonl"))
+    assert (lab.codex_home / "thread-writer-locks" / f"{tid}.lock").exists()
+    # codex queue reaches a loaded thread before its first message, and an idle one runs the message at once
+    early = lab.codex("queue", "--thread", tid, "--message", "queued before any prompt")
+    assert early.returncode == 0, early.stderr
+    s.thread_id = tid
+    wait_turns(s, [["queued before any prompt"]])
+    s.wait_screen(r"^› queued before any prompt\s*\n\s*• Understood\.")
+    s.wait_idle()
+    s.submit("then a typed prompt")
+    wait_turns(s, [["queued before any prompt"], ["then a typed prompt"]])
