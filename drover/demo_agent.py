@@ -77,7 +77,7 @@ class Agent:
                 lines.append(" › " + msg.replace("\n", " ⏎ ")[: cols - 5])
             while len(lines) < rows - 5:
                 lines.append("")
-            preview = self.buf.replace("\n", " ⏎ ")[-(cols - 4) :]
+            preview = self.buf.replace("\n", " ⏎ ")[: cols - 4]  # the start, as a wrapping input box shows it
             lines += [rule, "❯ " + preview, rule]
             if self.busy():
                 lines.append("  ✻ Working… (esc to interrupt)")

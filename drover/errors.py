@@ -209,22 +209,22 @@ def from_helper(error: dict[str, Any], host: str) -> DroverError:
 class TruthFileError(ConfigError):
     """The truth file cannot be used: drover will not send what it cannot record (exit code 7, config)."""
 
-    code = "truth_file_error"
+    code = P.TRUTH_FILE_ERROR
 
 
 class TruthUnwritable(TruthFileError):
     """The truth file or its directory cannot be written: read-only, permissions, I/O error."""
 
-    code = "truth_unwritable"
+    code = P.TRUTH_UNWRITABLE
 
 
 class TruthDiskFull(TruthUnwritable):
     """No space left for the truth file (ENOSPC, EDQUOT, or a file size limit)."""
 
-    code = "truth_disk_full"
+    code = P.TRUTH_DISK_FULL
 
 
 class TruthUnsafe(TruthFileError):
     """The truth file or its directory is a symlink, someone else's, or writable by others: not trusted."""
 
-    code = "truth_unsafe"
+    code = P.TRUTH_UNSAFE

@@ -41,6 +41,9 @@ class HostConfig(_Strict):
     known_hosts: str | None = None
     accept_new: bool = False
     owner_relay: bool = False
+    raw: list[str] = Field(
+        default_factory=list, description="sessions (as addressed) that run no agent but may get raw text at a shell prompt"
+    )
     connect_timeout: float | None = Field(None, gt=0)
     request_timeout: float | None = Field(None, gt=0)
 

@@ -1,7 +1,9 @@
 """A stand-in for an agent TUI that draws a fixed screen (a real capture) and records every byte it is sent.
 
 Installed by the tests under the engine's command name (bin/claude, bin/codex) so drover's process-tree
-detection sees that engine; the screen it draws is a real capture from ../shared/design/screens.
+detection sees that engine; the screen it draws is a real capture from ../shared/design/screens.  Like the real
+programs it shows what it is sent in its input box (the capture's last `❯ `, `› ` or ` > ` line), so a paste is
+visible on screen before Enter.
 """
 
 from __future__ import annotations
@@ -22,8 +24,19 @@ def main() -> None:
     new[0] &= ~(termios.ICRNL | termios.IXON)
     new[3] &= ~(termios.ICANON | termios.ECHO | termios.ISIG | termios.IEXTEN)
     termios.tcsetattr(0, termios.TCSANOW, new)
-    screen = open(args.screen, encoding="utf-8").read().rstrip("\n")
-    os.write(1, b"\x1b[?2004h\x1b[H\x1b[2J" + screen.replace("\n", "\r\n").encode("utf-8"))
+    lines = open(args.screen, encoding="utf-8").read().rstrip("\n").split("\n")
+    box = max((i for i, line in enumerate(lines) if line.startswith(("❯ ", "❯\u00a0", "› ", " > ")) or line == "❯"), default=None)
+    typed = b""
+
+    def draw() -> None:
+        shown = list(lines)
+        if box is not None and typed:
+            text = typed.replace(b"\x1b[200~", b"").replace(b"\x1b[201~", b"").decode("utf-8", "replace")
+            prefix = shown[box][:2] if shown[box].startswith(("❯", "›")) else " > "
+            shown[box] = prefix + text.split("\n")[0][:150]
+        os.write(1, b"\x1b[?2004h\x1b[H\x1b[2J" + "\r\n".join(shown).encode("utf-8"))
+
+    draw()
     with open(args.log, "ab") as log:
         log.write(b"")
         try:
@@ -34,6 +47,8 @@ def main() -> None:
                     break
                 log.write(data)
                 log.flush()
+                typed += data
+                draw()
         finally:
             termios.tcsetattr(0, termios.TCSANOW, old)
 

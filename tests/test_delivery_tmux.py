@@ -77,15 +77,19 @@ def test_hundred_kilobytes_arrive_whole(tmux: Tmux) -> None:
     assert pane.events("key") == []
 
 
-def test_shell_engine_gets_raw_text_without_envelope(tmux: Tmux, isolated: Path) -> None:
+def test_a_program_that_is_no_agent_gets_nothing_even_with_raw_unless_at_a_shell_prompt(tmux: Tmux, isolated: Path) -> None:
     out = isolated / "shell-received.txt"
     pane = tmux.start("plain", f"exec cat > {out}")
     wait_for(lambda: pane.tmux("display-message", "-p", "-t", pane.id, "#{pane_current_command}").strip() == "cat")
-    doc = send(pane.address, "echo hello; C-c \x1b[201~")
-    assert doc.data["outcome"] == "delivered", doc.data
-    assert doc.data["session"]["engine"] == "shell"
-    wait_for(lambda: out.exists() and out.read_text(encoding="utf-8"), what="cat to write the line")
-    assert out.read_text(encoding="utf-8") == "echo hello; C-c \u241b[201~\n"
+    doc = send(pane.address, "echo hello")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "not_an_agent"), doc.data
+    assert doc.data["session"]["engine"] == "shell" and doc.exit_code == 4
+    raw = send(pane.address, "echo hello again", raw=True)
+    assert (raw.data["outcome"], raw.data["code"]) == ("refused", "not_at_prompt"), raw.data
+    assert "cat" in raw.data["detail"]
+    pane.tmux("send-keys", "-t", pane.id, "C-d")
+    wait_for(lambda: out.exists(), what="cat to end")
+    assert out.read_text(encoding="utf-8") == ""
 
 
 def test_busy_agent_gets_it_queued(tmux: Tmux) -> None:

@@ -25,12 +25,43 @@ CAPTURES = {
     "codex-idle.txt": ("codex", "idle"),
     "codex-login.txt": ("codex", "dialog"),
     "codex-trust-dialog.txt": ("codex", "dialog"),
+    # Real Codex 0.169 (tests/codexlab.py) and gemini-cli 0.61 (tests/geminilab.py), offline.
+    "codex-real-approval-dialog.txt": ("codex", "dialog"),
+    "codex-real-busy.txt": ("codex", "busy"),
+    "codex-real-idle.txt": ("codex", "idle"),
+    "codex-real-idle-history-numbered-prompt.txt": ("codex", "idle"),  # `› 1. fix the flaky test` is history
+    "codex-real-starting.txt": ("codex", "idle"),
+    "codex-real-trust-dialog.txt": ("codex", "dialog"),
+    "gemini-approval-dialog.txt": ("gemini", "dialog"),
+    "gemini-auth-dialog.txt": ("gemini", "dialog"),
+    "gemini-busy.txt": ("gemini", "busy"),
+    "gemini-idle.txt": ("gemini", "idle"),
+    "gemini-idle-256color.txt": ("gemini", "idle"),
+    "gemini-queued.txt": ("gemini", "busy"),
+    "gemini-trust-dialog.txt": ("gemini", "dialog"),
+}
+# A person's unsent text in the input box: never pasted over, idle or busy.
+DRAFTS = {
+    "codex-real-busy-with-draft.txt": ("codex", "busy"),
+    "codex-real-idle-with-draft.txt": ("codex", "idle"),
+    "codex-real-idle-with-pasted-draft.txt": ("codex", "idle"),
+    "gemini-busy-with-draft.txt": ("gemini", "busy"),
+    "gemini-idle-with-draft.txt": ("gemini", "idle"),
 }
 DIALOGS = [name for name, (_e, state) in CAPTURES.items() if state == "dialog"]
 
 
 def test_every_capture_is_known() -> None:
-    assert sorted(p.name for p in SCREENS.glob("*.txt")) == sorted(CAPTURES)
+    assert sorted(p.name for p in SCREENS.glob("*.txt")) == sorted([*CAPTURES, *DRAFTS])
+
+
+@pytest.mark.parametrize("name", list(DRAFTS))
+def test_guard_check_refuses_a_draft_in_the_input_box(cli: Any, name: str) -> None:
+    engine, state = DRAFTS[name]
+    res = cli("guard", "check", "--engine", engine, "--file", str(SCREENS / name), "--json")
+    data = res.json()["data"]
+    assert (data["state"], data["paste"], res.code) == (state, False, 4), data
+    assert data["draft"] is True and data["input"]
 
 
 @pytest.mark.parametrize("name", list(CAPTURES))
@@ -55,7 +86,7 @@ def test_guard_check_rejects_unknown_engine_and_missing_file(cli: Any, tmp_path:
 
 def test_fleet_profile_override_changes_the_verdict(cli: Any, tmp_path: Path) -> None:
     fleet = tmp_path / "fleet.toml"
-    fleet.write_text('[engines.claude]\ndialog = ["Percolating"]\n', encoding="utf-8")
+    fleet.write_text('[engines.claude]\ndialog = ["auto mode on"]\n', encoding="utf-8")
     res = cli("--fleet", str(fleet), "guard", "check", "-e", "claude", "-f", str(SCREENS / "claude-busy.txt"), "--json")
     assert res.code == 4 and res.json()["data"]["state"] == "dialog"
 
@@ -149,7 +180,7 @@ def test_copy_mode_input_off_and_dead_panes_are_refused(tmux: Tmux) -> None:
     dead.tmux("set-option", "-w", "-t", dead.id, "remain-on-exit", "on")
     os.kill(int(dead.tmux("display-message", "-p", "-t", dead.id, "#{pane_pid}").strip()), signal.SIGTERM)
     wait_for(lambda: dead.tmux("display-message", "-p", "-t", dead.id, "#{pane_dead}").strip() == "1", what="pane death")
-    doc = drover.run("sessions.message", {"id": dead.address, "text": "anyone?"}, actor="tester")
+    doc = drover.run("sessions.message", {"id": dead.address, "text": "anyone?", "raw": True}, actor="tester")
     assert (doc.data["outcome"], doc.data["code"]) == ("refused", "pane_dead")
 
 
@@ -162,7 +193,9 @@ def test_password_prompt_in_a_shell_is_refused(tmux: Tmux, isolated: Path) -> No
     pane = tmux.start("pw", f'{sys.executable} -c "{script}"')
     wait_for(lambda: "password for root" in pane.screen())
     doc = drover.run("sessions.message", {"id": pane.address, "text": "hunter2"}, actor="tester")
-    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "dialog"), doc.data
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "not_an_agent"), doc.data
+    doc = drover.run("sessions.message", {"id": pane.address, "text": "hunter2", "raw": True}, actor="tester")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "not_at_prompt"), doc.data
     stays(lambda: not log.exists(), what="the password prompt receiving nothing")
 
 

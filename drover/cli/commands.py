@@ -72,6 +72,9 @@ def send(
     as_owner: Annotated[
         bool, typer.Option("--as-owner", help="these are the owner's own words: declare the target's permission class")
     ] = False,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="the pane runs no agent: paste the raw text anyway, but only at a shell prompt")
+    ] = False,
     as_json: JsonOpt = False,
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
@@ -81,13 +84,17 @@ def send(
 
     Claude Code sessions get it in their own inbox (no tmux involved); anything else in tmux by guarded paste.
     Agent engines get the text inside a <cross-session-message from-name="drover (ACTOR)" from-mode="prompting">
-    envelope; plain shells get the raw text. Control characters arrive as visible symbols (ESC as ␛), never as keys.
+    envelope. A pane that runs no agent gets nothing unless --raw, and then the raw text only at its shell's own
+    prompt (never into less, vim, a REPL or an rm -i question). Never over a person's unsent draft. Control
+    characters arrive as visible symbols (ESC as ␛), never as keys.
     --as-owner (only where the fleet sets owner_relay = true) declares the class the target runs in, so the owner's
     own words reach a session that bypasses permission prompts instead of being held.
     """
     common(fleet, actor, debug)
     t = parse_target(target)
     payload: dict[str, Any] = {"host": t.host, "id": t.id, "text": read_text(text), "via": via, "as_owner": as_owner}
+    if raw:
+        payload["raw"] = True
     if expect_engine:
         payload["expect_engine"] = expect_engine
     doc = run("sessions.message", payload)

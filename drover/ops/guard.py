@@ -28,6 +28,16 @@ async def guard_check(ctx: Context, req: CheckRequest) -> Result:
     seen = classify(req.screen, profile)
     go = paste_allowed(seen, profile)
     verdict = "paste would go ahead" if go else "paste would be refused"
-    data = {"engine": req.engine, "state": seen["state"], "reason": seen["reason"], "paste": go, "verdict": verdict}
+    if seen.get("draft"):
+        verdict += ": the input box holds a draft"
+    data = {
+        "engine": req.engine,
+        "state": seen["state"],
+        "reason": seen["reason"],
+        "input": seen.get("input"),
+        "draft": bool(seen.get("draft")),
+        "paste": go,
+        "verdict": verdict,
+    }
     # `guard check` is a yes/no question: 0 = go ahead, 4 = the guard would refuse (as `send` exits when it does).
     return Result(data, [], ExitCode.OK if go else ExitCode.REFUSED)

@@ -39,6 +39,9 @@ class MessageRequest(Request):
     as_owner: bool = Field(
         False, description="relay the owner's own words: declare the target's permission class (needs owner_relay)"
     )
+    raw: bool = Field(
+        False, description="a pane that runs no agent may get the raw text, at a shell prompt only (else not_an_agent)"
+    )
 
 
 class WaitRequest(Request):
@@ -161,7 +164,7 @@ async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
     fleet = ctx.fleet
     actor = ctx.who(req.actor)
     lim = fleet.limits
-    options = {"via": req.via, "expect_engine": req.expect_engine, "as_owner": req.as_owner}
+    options = {"via": req.via, "expect_engine": req.expect_engine, "as_owner": req.as_owner, "raw": req.raw}
     owner_ok = req.as_owner and req.host in fleet.host_names() and fleet.host(req.host).owner_relay
 
     def check(recent: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -198,6 +201,7 @@ async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
                 "settle_s": fleet.defaults.settle_s,
                 "receipt_wait_s": fleet.defaults.receipt_wait_s,
                 "as_owner": req.as_owner,
+                "raw": req.raw or req.id in fleet.host(req.host).raw,
             }
             outcome = _brief(await call_host(ctx, req.host, "deliver", args))
         except DroverError as exc:

@@ -185,13 +185,15 @@ def permission_class(session: Dict[str, Any]) -> Tuple[str, Optional[str], Optio
     """('bypass' | 'prompting', the mode seen, where it was seen) for a Claude session.
 
     The transcript's latest permission mode is authoritative (it follows shift+tab), but a session writes its
-    transcript only from its first turn; before that, the footer on its screen, then its command line.
+    transcript only from its first turn; before that, the footer on its screen, then its command line.  A Claude
+    pane that has no registry record (an older version) is judged by its screen and command line.
     """
-    rec = session["_record"]
+    rec = session.get("_record")
+    pane = session.get("_pane") if rec is not None else session  # a Claude pane without a registry record
     finders = (
-        ("transcript", lambda: _transcript_mode(rec["sessionId"])),
-        ("screen", lambda: _screen_mode(session.get("_pane"))),
-        ("command line", lambda: _argv_mode(rec["pid"])),
+        ("transcript", lambda: _transcript_mode(rec["sessionId"]) if rec is not None else None),
+        ("screen", lambda: _screen_mode(pane)),
+        ("command line", lambda: _argv_mode(session["engine_pid"])),
     )
     for source, finder in finders:
         mode = finder()

@@ -63,12 +63,32 @@ def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
 def _paste(
     session: Session, pane: Session, body: str, actor: str, mode: str, args: Dict[str, Any], profiles: Profiles
 ) -> Dict[str, Any]:
-    if "_record" in session and session["state"] == "waiting":
+    rec = session.get("_record")
+    if rec is not None and session["state"] == "waiting":
         # Claude says it waits on its human: whatever the screen looks like, an Enter could answer that.
         return tmux_lane.refusal(P.WAITING, "refused: Claude reports it is %s" % session["reason"], pane, P.WAITING)
+    if pane["engine"] == "shell" and not args.get("raw"):
+        detail = (
+            "%s runs no agent (%s): drover types into a plain program only when asked (--raw, or raw = [...] for this "
+            "host in fleet.toml), and then only at a shell prompt"
+        )
+        return tmux_lane.refusal(P.NOT_AN_AGENT, detail % (pane["id"], pane.get("command") or "unknown"), pane)
+    if pane["engine"] == "claude" and mode == "prompting":
+        # Permission parity: what the inbox would hold for the session's human, the pane does not get either.
+        held_class, seen_mode, seen_in = claude.permission_class(session)
+        if held_class == "bypass":
+            detail = (
+                "the session bypasses permission prompts (%s, seen in its %s), so its inbox would hold a message that "
+                "declares prompting for its human; the pane gets no more than the inbox would (--as-owner relays the "
+                "owner's own words where the host allows it)"
+            )
+            return tmux_lane.refusal(P.WOULD_BE_HELD, detail % (seen_mode, seen_in), pane)
+    status = None
+    if rec is not None:
+        status = lambda: (claude.record_now(rec) or {}).get("status")  # noqa: E731 - read at each look
     enveloped = _wants_envelope(pane, profiles)
     payload = envelope(body, actor, mode) if enveloped else body
-    outcome = tmux_lane.deliver(pane, payload, args, profiles)
+    outcome = tmux_lane.deliver(pane, payload, args, profiles, status)
     if outcome.get("outcome") in (P.DELIVERED, P.QUEUED):
         outcome["enveloped"] = enveloped
     if enveloped:

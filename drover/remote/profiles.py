@@ -13,6 +13,13 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
     "claude": {
         "commands": ["claude"],
         "scripts": [r"@anthropic-ai/claude-code(-[a-z0-9-]+)?/"],
+        # The input box: `❯` at column 0 between two rules (a dialog's `❯ 1. Yes` or ` ❯ Deny` is no input box).
+        "input": r"^❯(?:[ \u00a0](?!\d+\.\s)(.*))?$",
+        "input_above": r"^\s*─{3,}\s*$",
+        "input_end": r"^\s*─{3,}\s*$",
+        "placeholder": [r'^Try "[^"]*"$'],
+        "paste_marker": [r"\[Pasted text #\d+"],
+        "live_above": 0,
         # A `❯` cursor on a choice line, or any of the footers Claude draws under a menu: Enter here answers it.
         "dialog": [
             r"Enter to confirm",
@@ -37,10 +44,24 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
     "codex": {
         "commands": ["codex"],
         "scripts": [r"@openai/codex/"],
+        # The composer: the last `›` line at column 0 (earlier ones are history; `› 1. Yes` is a choice).
+        "input": r"^›(?:[ \u00a0](?!\d+\.\s)(.*))?$",
+        "placeholder": [r"^Ask Codex to do anything$", r"^Ask a follow-up question$"],
+        # Any draft, even one that reads like the placeholder, takes `? for shortcuts` off the footer.
+        "empty_footer": r"\? for shortcuts",
+        "paste_marker": [r"^\[Pasted Content \d+ chars\]"],
+        "live_above": 2,
+        # Enter while a turn runs makes Codex drop its in-flight request and answer both; Tab queues the message
+        # as its own turn after this one (measured on 0.169).
+        "submit_when_busy": "Tab",
         "dialog": [
             r"Press enter to continue",
+            r"Press enter to confirm",
+            r"\benter (to )?continue\b",
+            r"\besc (to )?(back|cancel|dismiss|close)\b",
             r"enter continue",
             r"Trust this folder\?",
+            r"Do you trust the contents of this directory",
             r"Sign in with",
             r"^\s*[›>]\s*\d+\.\s",
             r"Allow command\?",
@@ -57,24 +78,37 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
     "gemini": {
         "commands": ["gemini"],
         "scripts": [r"@google/gemini-cli/"],
+        # The input box is the last ` > ` line (history shows past prompts in the same box, above it); its lower
+        # edge is `▀▀▀` in a true-colour terminal, nothing in a 256-colour one.
+        "input": r"^\s?>\s(.*)$",
+        "input_end": r"^(▀{3,}|\s*$|\s*workspace \(/directory\))",
+        "placeholder": [r"^Type your message or @path/to/file$"],
+        "paste_marker": [r"\[Pasted Text: \d+"],
+        "live_above": 5,
         "dialog": [
             r"Allow execution",
             r"Waiting for user confirmation",
             r"Do you want to proceed",
-            r"^\s*●\s*\d+\.\s",
+            r"^[│\s]*●\s*\d+\.\s",
             r"Enter to select",
+            r"Do you trust this folder",
+            r"How would you like to authenticate",
         ],
         "busy": [r"esc to cancel"],
         "idle": [r"Type your message"],
         "dialog_scope": "screen",
         "default_state": "unknown",
-        "queues_when_busy": False,
+        "queues_when_busy": True,
         "envelope": True,
     },
     # The agent-like REPL that `drover demo` and the tests run (drover/demo_agent.py).
     "demo": {
         "commands": ["drover-demo-agent"],
         "scripts": [r"drover[/.]demo_agent"],
+        "input": r"^❯(?:[ \u00a0](?!\d+\.\s)(.*))?$",
+        "input_above": r"^\s*─{3,}\s*$",
+        "input_end": r"^\s*─{3,}\s*$",
+        "live_above": 0,
         "dialog": [r"Do you want to proceed\?", r"Enter to confirm"],
         "busy": [r"esc to interrupt"],
         "idle": [r"^\s*❯\s*$"],
@@ -108,6 +142,14 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
 
 ENGINE_ORDER = ["claude", "codex", "gemini", "demo"]
 PROFILE_KEYS = {
+    "input": str,
+    "empty_footer": str,
+    "submit_when_busy": str,
+    "input_above": str,
+    "input_end": str,
+    "placeholder": list,
+    "paste_marker": list,
+    "live_above": int,
     "commands": list,
     "scripts": list,
     "dialog": list,
@@ -131,8 +173,9 @@ def merge_profiles(overrides: Optional[Dict[str, Dict[str, Any]]]) -> Dict[str, 
             base[key] = value
         profiles[name] = base
     for name, prof in profiles.items():
-        for key in ("dialog", "busy", "idle", "scripts"):
-            for pattern in prof.get(key, []):
+        for key in ("dialog", "busy", "idle", "scripts", "placeholder", "paste_marker", "input", "input_above", "input_end", "empty_footer"):
+            value = prof.get(key) or []
+            for pattern in [value] if isinstance(value, str) else value:
                 try:
                     re.compile(pattern)
                 except re.error as exc:

@@ -59,11 +59,17 @@ PANE_GONE = "pane_gone"
 UNKNOWN_HOST = "unknown_host"
 TARGET_ERROR = "target"
 MESSAGE_NOT_FOUND = "message_not_found"
+SESSION_EXITED = "session_exited"
 AMBIGUOUS_MESSAGE = "ambiguous_message"
 # Config
 BAD_PROFILE = "bad_profile"
 CONFIG_ERROR = "config"
 FLEET_INVALID = "fleet_invalid"
+# The truth file (the client's local record) cannot be used: nothing is sent that cannot be recorded
+TRUTH_FILE_ERROR = "truth_file_error"
+TRUTH_UNWRITABLE = "truth_unwritable"
+TRUTH_DISK_FULL = "truth_disk_full"
+TRUTH_UNSAFE = "truth_unsafe"
 # Refusals by drover's guard on the tmux lane
 DIALOG = "dialog"
 BUSY = "busy"
@@ -75,6 +81,13 @@ ENGINE_CHANGED = "engine_changed"
 ENGINE_MISMATCH = "engine_mismatch"
 DIALOG_AFTER_PASTE = "dialog_after_paste"
 WAITING = "waiting"
+DRAFT_IN_INPUT = "draft_in_input"
+NOT_AN_AGENT = "not_an_agent"
+NOT_AT_PROMPT = "not_at_prompt"
+MULTILINE_UNBRACKETED = "multiline_unbracketed"
+PASTE_NOT_SHOWN = "paste_not_shown"
+PANE_LOCKED = "pane_locked"
+WOULD_BE_HELD = "would_be_held"
 # Refusals by drover's limits and policy
 TOO_LARGE = "too_large"
 DUPLICATE = "duplicate"
@@ -142,9 +155,14 @@ CODES = {
     TARGET_ERROR: TARGET,
     MESSAGE_NOT_FOUND: TARGET,
     AMBIGUOUS_MESSAGE: TARGET,
+    SESSION_EXITED: TARGET,
     BAD_PROFILE: CONFIG,
     CONFIG_ERROR: CONFIG,
     FLEET_INVALID: CONFIG,
+    TRUTH_FILE_ERROR: CONFIG,
+    TRUTH_UNWRITABLE: CONFIG,
+    TRUTH_DISK_FULL: CONFIG,
+    TRUTH_UNSAFE: CONFIG,
     DIALOG: REFUSAL,
     BUSY: REFUSAL,
     UNRECOGNISED_SCREEN: REFUSAL,
@@ -155,6 +173,13 @@ CODES = {
     ENGINE_MISMATCH: REFUSAL,
     DIALOG_AFTER_PASTE: REFUSAL,
     WAITING: REFUSAL,
+    DRAFT_IN_INPUT: REFUSAL,
+    NOT_AN_AGENT: REFUSAL,
+    NOT_AT_PROMPT: REFUSAL,
+    MULTILINE_UNBRACKETED: REFUSAL,
+    PASTE_NOT_SHOWN: REFUSAL,
+    PANE_LOCKED: REFUSAL,
+    WOULD_BE_HELD: REFUSAL,
     TOO_LARGE: REFUSAL,
     DUPLICATE: REFUSAL,
     RATE_LIMITED: REFUSAL,

@@ -1,55 +1,139 @@
-"""Reading a captured screen: idle, busy, dialog or unknown, with the line that decided it."""
+"""Reading a captured screen: idle, busy, dialog or unknown, what the input box holds, and the line that decided it.
+
+An agent's screen is history above and a live region at the bottom: the input box (found by the profile's
+`input` pattern, the last line that matches with `input_above` right above it), a few status lines above it
+(`live_above`) and the footer below.  Busy, idle and dialog are read from the live region only, never from
+history: an old message quoting "esc to interrupt", or a prompt `› 1. fix the flaky test` in the scrollback, says
+nothing about now.  A screen with no input box at all is a dialog if it shows one anywhere, else unknown.
+Profiles without an `input` pattern (the shell, a user's own engine) are read the simpler way: dialog, busy,
+idle patterns over the scope the profile names.
+"""
 
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
+
+Profile = Dict[str, Any]
 
 
 def lines_of(screen: str) -> List[str]:
     return [line.rstrip() for line in screen.replace("\r\n", "\n").split("\n")]
 
 
-def _search(patterns: List[str], lines: List[str], ignore: str = "") -> Optional[str]:
-    """The first line that matches any pattern.
-
-    With `ignore` (the text we just pasted), a match whose matched words occur in that text doesn't count: the
-    program may be echoing our own text, wrapped and prefixed in its input box, and our text may quote a dialog.
-    """
+def _search(patterns: List[str], lines: List[str]) -> Optional[str]:
+    """The first line that matches any pattern."""
     for line in lines:
         for pattern in patterns:
-            m = re.search(pattern, line)
-            if m is None:
-                continue
-            if ignore and m.group(0).strip() and m.group(0).strip() in ignore:
-                continue
-            return line
+            if re.search(pattern, line):
+                return line
     return None
 
 
-def classify(screen: str, profile: Dict[str, Any], ignore_text: str = "") -> Dict[str, str]:
-    """Read a captured screen: idle, busy, dialog or unknown, with the line that decided it."""
+def find_input(lines: List[str], profile: Profile) -> Optional[Tuple[int, int, str]]:
+    """(first line, end line, text) of the input box: the last line matching `input` whose line above matches
+    `input_above`, and the lines after it up to `input_end` (exclusive).  None when the screen shows no input box."""
+    pattern = profile.get("input")
+    if not pattern:
+        return None
+    above = profile.get("input_above")
+    for i in range(len(lines) - 1, -1, -1):
+        m = re.match(pattern, lines[i])
+        if m is None:
+            continue
+        if above and (i == 0 or not re.search(above, lines[i - 1])):
+            continue
+        end = i + 1
+        text = [(m.group(1) or "").strip()]
+        closing = profile.get("input_end")
+        if closing:
+            while end < len(lines) and not re.search(closing, lines[end]):
+                text.append(lines[end].strip())
+                end += 1
+        return i, end, "\n".join(t for t in text if t)
+    return None
+
+
+def is_placeholder(text: str, profile: Profile) -> bool:
+    return any(re.match(p, text) for p in profile.get("placeholder", []))
+
+
+def _live(lines: List[str], start: int, above: int) -> int:
+    """The first line of the live region: `above` non-empty lines above the input box."""
+    i = start
+    while above > 0 and i > 0:
+        i -= 1
+        if lines[i].strip():
+            above -= 1
+    return i
+
+
+def classify(screen: str, profile: Profile, pasted: str = "") -> Dict[str, Any]:
+    """What the screen says now: state (idle, busy, dialog, unknown), reason, and the input box's content.
+
+    With `pasted` (the text drover just pasted), the input box is expected to hold it: `shows_paste` says whether
+    it does, and what is in the box never counts as a dialog or a draft (the text may quote dialog words).
+    """
     lines = lines_of(screen)
-    nonempty = [line for line in lines if line.strip()]
-    if profile.get("dialog_scope") == "last_line":
-        scope = nonempty[-1:]
-    else:
-        scope = lines
-    hit = _search(profile.get("dialog", []), scope, ignore_text)
+    box = find_input(lines, profile)
+    if profile.get("input") and box is None:
+        hit = _search(profile.get("dialog", []), lines)
+        if hit is not None:
+            return {"state": "dialog", "reason": "dialog on screen: %r" % hit.strip()[:120], "input": None}
+        return {"state": "unknown", "reason": "no input box on screen (a menu, a login, or not started yet)", "input": None}
+    if box is None:
+        return _classify_flat(lines, profile)
+    start, end, text = box
+    live = lines[_live(lines, start, int(profile.get("live_above", 0))) : start] + lines[end:]
+    result: Dict[str, Any] = {"input": text}
+    empty = not text or is_placeholder(text, profile)
+    if empty and profile.get("empty_footer") and _search([profile["empty_footer"]], lines[end:]) is None:
+        empty = False  # the engine says its input holds something, whatever the box shows
+    result["draft"] = not empty and not pasted
+    if pasted:
+        result["shows_paste"] = shows_paste(text, pasted, profile)
+    hit = _search(profile.get("dialog", []), live)
     if hit is not None:
-        return {"state": "dialog", "reason": "dialog on screen: %r" % hit.strip()[:120]}
+        result.update(state="dialog", reason="dialog on screen: %r" % hit.strip()[:120])
+        return result
+    hit = _search(profile.get("busy", []), live)
+    if hit is not None:
+        result.update(state="busy", reason="busy: %r" % hit.strip()[:120])
+        return result
+    result.update(state="idle", reason="idle: the input box is %s" % ("empty" if empty else "not empty"))
+    return result
+
+
+def _classify_flat(lines: List[str], profile: Profile) -> Dict[str, Any]:
+    nonempty = [line for line in lines if line.strip()]
+    scope = nonempty[-1:] if profile.get("dialog_scope") == "last_line" else lines
+    hit = _search(profile.get("dialog", []), scope)
+    if hit is not None:
+        return {"state": "dialog", "reason": "dialog on screen: %r" % hit.strip()[:120], "input": None}
     hit = _search(profile.get("busy", []), lines)
     if hit is not None:
-        return {"state": "busy", "reason": "busy: %r" % hit.strip()[:120]}
-    hit = _search(profile.get("idle", []), lines)
+        return {"state": "busy", "reason": "busy: %r" % hit.strip()[:120], "input": None}
+    hit = _search(profile.get("idle", []), scope)
     if hit is not None:
-        return {"state": "idle", "reason": "idle: input prompt %r" % hit.strip()[:120]}
-    default = profile.get("default_state", "unknown")
-    if default == "idle":
-        return {"state": "idle", "reason": "no prompt asking for input"}
-    return {"state": default, "reason": "screen not recognised: no idle prompt, no busy or dialog marker"}
+        return {"state": "idle", "reason": "idle: input prompt %r" % hit.strip()[:120], "input": None}
+    if profile.get("default_state", "unknown") == "idle":
+        return {"state": "idle", "reason": "no prompt asking for input", "input": None}
+    return {"state": "unknown", "reason": "screen not recognised: no idle prompt, no busy or dialog marker", "input": None}
 
 
-def paste_allowed(seen: Dict[str, str], profile: Dict[str, Any]) -> bool:
-    """Would the guard let a paste go to a pane classified as `seen`?  (The one rule, for the lane and guard check.)"""
+def shows_paste(text: str, pasted: str, profile: Profile) -> bool:
+    """Does the input box hold what was pasted?  Its start, as the box wraps it, or the engine's own marker for a
+    long paste ("[Pasted text #1 +50 lines]")."""
+    if any(re.search(p, text) for p in profile.get("paste_marker", [])):
+        return True
+    head = re.sub(r"\s+", "", pasted)[:20]
+    return bool(head) and re.sub(r"\s+", "", text).startswith(head)
+
+
+def paste_allowed(seen: Dict[str, Any], profile: Profile) -> bool:
+    """Would the guard let a paste go to a pane classified as `seen`?  (The one rule, for the lane and guard check.)
+    Never over a draft, never into a dialog or a screen it does not recognise, into a busy engine only if it
+    queues typed input."""
+    if seen.get("draft"):
+        return False
     return seen["state"] == "idle" or (seen["state"] == "busy" and bool(profile.get("queues_when_busy")))
 
 

@@ -1,10 +1,17 @@
 """Text on its way to a session: control characters neutralised, and the envelope Claude Code's own sender writes."""
 
+import bisect
 import unicodedata
+from typing import List
 
 from .protocol import BAD_REQUEST, HelperError
 
-CLOSING_TAG = "</cross-session-message"
+TAG = "cross-session-message"
+# `<` and what Claude Code counts as looking like it (its confusables table, read off 2.1.328), plus a few more.
+LESS_THAN = (
+    "<\u02c2\u1438\u16b2\u2039\u226e\u227a\u2280\u22d6\u2329\u276c\u276e\u2770\u27e8\u2991\u2993\u29fc"
+    "\u2a79\u2aa6\u3008\ufe3f\ufe64\uff1c\U0001d236\u226a\u22d8\u2aa1\u2af7\u27ea\ufe3d\u300a"
+)
 
 
 def neutralise(text: str) -> str:
@@ -31,9 +38,46 @@ def neutralise(text: str) -> str:
     return "".join(out)
 
 
+def _letters(text: str) -> List[tuple]:
+    """(index, letter) for every character of text that reads as an ASCII letter (NFKC, case-folded)."""
+    out = []
+    for i, ch in enumerate(text):
+        folded = unicodedata.normalize("NFKC", ch).casefold()
+        for letter in folded:
+            if "a" <= letter <= "z":
+                out.append((i, letter))
+    return out
+
+
+def escape_tags(body: str) -> str:
+    """Disarm every opening or closing <cross-session-message tag in the body, and every lookalike of one.
+
+    Claude Code escapes a closing tag in a peer message's body as `<\\/cross-session-message` -- case-insensitively,
+    through lookalikes of `<` and `/`, filler characters and invisible ones between the letters -- and then requires
+    the envelope it re-renders to equal the one it received.  So drover escapes a superset of what Claude would:
+    any `<` or lookalike whose next letters, whatever stands between them, spell the tag.  The body is then left
+    alone by Claude's escaper (the round trip holds and the transcript keeps its body), and on the tmux lane no
+    forged opening or closing tag reaches the model.  Over-escaping `<1/cross…` costs a backslash, nothing more.
+    """
+    letters = _letters(body)
+    positions = [i for i, _ in letters]
+    wanted = TAG.replace("-", "")
+    out = []
+    for i, ch in enumerate(body):
+        out.append(ch)
+        if ch not in LESS_THAN or body[i + 1 : i + 2] == "\\":
+            continue
+        k = bisect.bisect_right(positions, i)
+        if "".join(letter for _, letter in letters[k : k + len(wanted)]) == wanted:
+            out.append("\\")
+    return "".join(out)
+
+
 def sanitise_name(name: str) -> str:
-    """from-name as Claude Code requires: no quotes or angle brackets, no control/format chars, <= 64 chars."""
-    kept = [ch for ch in name if ch not in '"<>' and unicodedata.category(ch) not in ("Cc", "Cf")]
+    """from-name as Claude Code renders it: no quotes or angle brackets, no control, format, surrogate or
+    line/paragraph-separator characters, trimmed, at most 64 characters (so its round trip holds)."""
+    drop = ("Cc", "Cf", "Cs", "Zl", "Zp")
+    kept = [ch for ch in name if ch not in '"<>' and unicodedata.category(ch) not in drop]
     return "".join(kept).strip()[:64].strip()
 
 
@@ -48,5 +92,4 @@ def envelope(body: str, actor: str, mode: str = "prompting", from_addr: str = ""
         attrs.append('from-session="%s"' % session)
     attrs.append('from-name="%s"' % sanitise_name("drover (%s)" % actor))
     attrs.append('from-mode="%s"' % mode)
-    safe_body = body.replace(CLOSING_TAG, "<\\/cross-session-message")
-    return "<cross-session-message %s>\n%s\n</cross-session-message>" % (" ".join(attrs), safe_body)
+    return "<%s %s>\n%s\n</%s>" % (TAG, " ".join(attrs), escape_tags(body), TAG)

@@ -1,21 +1,34 @@
 """The tmux lane: the guarded paste.
 
-Load the text into a uniquely named buffer, look at the pane one last time, paste it (`paste-buffer -p -r -d`),
-wait for it to settle, look again, and only then press Enter on its own.  Every look can refuse.
+One sender at a time per pane (a lock on the host, held from the last look through Enter).  Load the text into a
+uniquely named buffer, look at the pane one last time, paste it (`paste-buffer -p -r -d`), wait for it to settle,
+look again -- the input box must show the text and nothing else on screen may have turned into a dialog -- and
+only then press Enter on its own.  Every look can refuse; a refusal after the paste says the text sits unsent in
+the input box, and the draft rule keeps every later send out until a person clears it.
 """
 
+import errno
+import fcntl
+import hashlib
+import os
 import time
 import uuid
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import procs
 from . import protocol as P
 from .discovery import Profiles, Session, public
 from .protocol import HelperError
-from .screen import classify, paste_allowed
+from .screen import classify, lines_of, paste_allowed
 from .tmux import capture, pane_flags, tmux
 
 Outcome = Dict[str, Any]
+# A shell's prompt ends in one of these (PS1 as most people keep it); `read -p "Continue? "` does not.
+PROMPT_END = ("$", "#", "%", ">", "❯", "»", "➜", "λ")
+SHELLS = {"bash", "zsh", "sh", "dash", "ash", "ksh", "mksh", "fish", "tcsh", "csh"}
+# Shells that ask for bracketed paste by default (bash >= 5.1, zsh >= 5.1, fish >= 3): only there can a
+# multi-line text arrive as one paste instead of one command per line.
+BRACKETED = {"bash", "zsh", "fish"}
 
 
 def refusal(code: str, detail: str, session: Session, state: str = "") -> Outcome:
@@ -25,9 +38,93 @@ def refusal(code: str, detail: str, session: Session, state: str = "") -> Outcom
     return out
 
 
-def check_pane(session: Session, profiles: Profiles, expect_engine: str) -> Tuple[Optional[Outcome], str, Dict[str, str]]:
-    """Everything that must hold right before keys go to a pane; returns (refusal or None, screen, state)."""
-    socket, pane_id = session["socket"], session["id"]
+# -- one sender at a time -------------------------------------------------------------------------------------
+
+
+def lock_dir() -> str:
+    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
+    path = os.path.join(base, "drover-%d" % os.getuid())
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if st.st_uid != os.getuid() or (st.st_mode & 0o077):
+        raise HelperError(P.TMUX_ERROR, "%s is not a private directory of this user: refusing to lock panes there" % path)
+    return path
+
+
+class PaneLock:
+    """An exclusive lock on one pane of one tmux server, so two senders never interleave a paste and an Enter."""
+
+    def __init__(self, socket: str, pane_id: str, timeout: float) -> None:
+        name = hashlib.sha256(("%s\0%s" % (socket, pane_id)).encode()).hexdigest()[:32]
+        self.path = os.path.join(lock_dir(), "pane-%s.lock" % name)
+        self.timeout = timeout
+        self.fd = -1
+
+    def __enter__(self) -> bool:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # closing releases the lock
+
+
+# -- looking ----------------------------------------------------------------------------------------------------
+
+
+def _foreground_is_shell(pane_pid: int) -> bool:
+    """Is the pane's shell itself in the foreground of its terminal (not less, rm -i, vim, python...)?"""
+    try:
+        with open("/proc/%d/stat" % pane_pid, "rb") as f:
+            rest = f.read().decode("utf-8", "replace").rsplit(")", 1)[-1].split()
+    except OSError:
+        return False
+    # state ppid pgrp session tty_nr tpgid: the terminal's foreground group is the shell's own group.
+    return len(rest) > 5 and rest[5] == rest[2]
+
+
+def check_shell(session: Session, flags: Dict[str, str], screen: str, text: str, profile: Dict[str, Any]) -> Optional[Outcome]:
+    """For --raw: only at a shell's own prompt, and multi-line text only where the shell asked for bracketed paste."""
+    command = flags.get("pane_current_command", "")
+    if command not in SHELLS or not _foreground_is_shell(int(flags["pane_pid"] or 0)):
+        detail = "the pane's foreground program is %s, not a shell at its prompt: drover never types into a pager, " % (
+            command or "unknown"
+        )
+        return refusal(P.NOT_AT_PROMPT, detail + "editor, REPL or another program's question", session)
+    seen = classify(screen, profile)
+    if seen["state"] == "dialog":
+        return refusal(P.DIALOG, "refused: the shell is asking something: %s" % seen["reason"], session, "dialog")
+    nonempty = [line for line in lines_of(screen) if line.strip()]
+    last = nonempty[-1].rstrip() if nonempty else ""
+    if not last.endswith(PROMPT_END):
+        return refusal(P.NOT_AT_PROMPT, "the last line %r is not a shell prompt (a read -p question?)" % last[-60:], session)
+    if "\n" in text.strip("\n") and command not in BRACKETED:
+        detail = "%s does not ask for bracketed paste, so each line of a multi-line text would run as it lands" % command
+        return refusal(P.MULTILINE_UNBRACKETED, detail, session)
+    return None
+
+
+def check_pane(
+    session: Session, profiles: Profiles, pasted: str = "", status: Optional[Callable[[], Optional[str]]] = None
+) -> Tuple[Optional[Outcome], str, Dict[str, Any]]:
+    """Everything that must hold right before keys go to a pane; returns (refusal or None, screen, what it shows).
+
+    `status` reads the engine's own state (Claude's registry): busy, idle or waiting come from there, and the
+    screen only adds what it alone can show -- a dialog, a draft, no input box at all.
+    """
+    socket, pane_id, expect = session["socket"], session["id"], session["engine"]
     flags = pane_flags(socket, pane_id)
     if flags["pane_dead"] == "1":
         return refusal(P.PANE_DEAD, "the pane's program has exited", session), "", {}
@@ -36,11 +133,23 @@ def check_pane(session: Session, profiles: Profiles, expect_engine: str) -> Tupl
     if flags["pane_input_off"] == "1":
         return refusal(P.INPUT_OFF, "input to the pane is turned off (select-pane -d)", session), "", {}
     engine, _pid = procs.detect_engine(int(flags["pane_pid"] or 0), procs.proc_table(), profiles)
-    if engine != expect_engine:
-        detail = "the pane now runs %s, not the %s that was resolved" % (engine, expect_engine)
+    if engine != expect:
+        detail = "the pane now runs %s, not the %s that was resolved" % (engine, expect)
         return refusal(P.ENGINE_CHANGED, detail, session), "", {}
     screen = capture(socket, pane_id)
-    return None, screen, classify(screen, profiles[expect_engine])
+    seen = classify(screen, profiles[expect], pasted)
+    seen["flags"] = flags
+    own = status() if status is not None else None
+    if own is not None and seen["state"] in ("idle", "busy"):
+        if own == "waiting":
+            return (
+                refusal(P.WAITING, "refused: the session reports it is waiting for its human", session, "waiting"),
+                screen,
+                seen,
+            )
+        if own in ("idle", "busy"):
+            seen["state"], seen["reason"] = own, "the session reports %s" % own
+    return None, screen, seen
 
 
 def _settle(socket: str, pane_id: str, before: str, max_wait: float) -> str:
@@ -59,32 +168,53 @@ def _settle(socket: str, pane_id: str, before: str, max_wait: float) -> str:
     return last
 
 
-def _verdict(seen: Dict[str, str], profile: Dict[str, Any], engine: str) -> Tuple[Optional[str], str]:
+def _verdict(seen: Dict[str, Any], profile: Dict[str, Any], engine: str) -> Tuple[Optional[str], str]:
     """May a paste go to a pane in this state?  (refusal code, detail) or (None, "")."""
     if paste_allowed(seen, profile):
         return None, ""
     state = seen["state"]
     if state == "dialog":
         return P.DIALOG, "refused: " + seen["reason"]
+    if seen.get("draft"):
+        return P.DRAFT_IN_INPUT, "refused: the input box holds text nobody sent yet (%r): a person's draft is theirs" % (
+            seen["input"][:60]
+        )
     if state == "busy":
         return P.BUSY, "refused: %s, and %s does not queue typed input" % (seen["reason"], engine)
     return P.UNRECOGNISED_SCREEN, "refused: " + seen["reason"]
 
 
-def _paste(session: Session, payload: str, profiles: Profiles) -> Tuple[Optional[Outcome], str, str]:
-    """Load the text, look at the pane one last time, paste.  (refusal or None, screen before, state before)."""
-    socket, pane_id, engine = session["socket"], session["id"], session["engine"]
+# -- delivering -------------------------------------------------------------------------------------------------
+
+
+def deliver(session: Session, payload: str, args: Dict[str, Any], profiles: Profiles, status: Any = None) -> Outcome:
+    """Paste the payload (already neutralised and enveloped) into the session's pane and submit it, guarded."""
+    lock = PaneLock(session["socket"], session["id"], float(args.get("lock_wait_s", 20.0)))
+    with lock as held:
+        if not held:
+            detail = "another sender has held this pane for %.0fs: refused rather than typing over it" % lock.timeout
+            return refusal(P.PANE_LOCKED, detail, session)
+        return _deliver_locked(session, payload, args, profiles, status)
+
+
+def _deliver_locked(session: Session, payload: str, args: Dict[str, Any], profiles: Profiles, status: Any) -> Outcome:
+    engine = session["engine"]
+    socket, pane_id = session["socket"], session["id"]
     buffer = "drover-%s" % uuid.uuid4().hex
     # Load first, check last: the gap between the guard's look and the paste is a single tmux call.
     tmux(socket, ["load-buffer", "-b", buffer, "-"], data=payload.encode("utf-8"))
     pasted = False
     try:
-        refused, screen, seen = check_pane(session, profiles, engine)
+        refused, before, seen = check_pane(session, profiles, status=status)
+        if refused is None and engine == "shell":
+            refused = check_shell(session, seen["flags"], before, payload, profiles[engine])
+        if refused is None:
+            code, detail = _verdict(seen, profiles[engine], engine)
+            if code:
+                refused = refusal(code, detail, session, seen["state"])
         if refused is not None:
-            return refused, screen, ""
-        code, detail = _verdict(seen, profiles[engine], engine)
-        if code:
-            return refusal(code, detail, session, seen["state"]), screen, seen["state"]
+            return refused
+        state = seen["state"]
         try:
             tmux(socket, ["paste-buffer", "-p", "-r", "-d", "-b", buffer, "-t", pane_id])
         except HelperError as exc:
@@ -93,36 +223,21 @@ def _paste(session: Session, payload: str, profiles: Profiles) -> Tuple[Optional
                 P.PASTE_UNCERTAIN, "tmux paste-buffer failed (%s): the text may or may not be in the pane" % exc.message
             ) from None
         pasted = True
-        return None, screen, seen["state"]
     finally:
         if not pasted:
             try:
                 tmux(socket, ["delete-buffer", "-b", buffer])
             except HelperError:
                 pass
-
-
-def deliver(session: Session, payload: str, args: Dict[str, Any], profiles: Profiles) -> Outcome:
-    """Paste the payload (already neutralised and enveloped) into the session's pane and submit it, guarded."""
-    engine = session["engine"]
-    refused, before, state = _paste(session, payload, profiles)
-    if refused is not None:
-        return refused
-    socket, pane_id = session["socket"], session["id"]
     try:
         _settle(socket, pane_id, before, float(args.get("settle_s", 3.0)) + len(payload) / 200000.0)
-        # Re-check before Enter: the pane may have turned into a dialog while the text landed.  Lines of our own
-        # text on screen are not a dialog, even if the text quotes one.
-        refused, after, _seen = check_pane(session, profiles, engine)
-        if refused is None:
-            now = classify(after, profiles[engine], ignore_text=payload)
-            if now["state"] == "dialog":
-                detail = "a dialog appeared while the text was landing (%s): Enter was not sent, nothing was submitted"
-                refused = refusal(P.DIALOG_AFTER_PASTE, detail % now["reason"], session, "dialog")
+        refused = _second_look(session, payload, profiles, status)
         if refused is not None:
-            refused["pasted"] = True
+            refused.update(pasted=True, left_in_input=True)
+            refused["detail"] += "; the text sits unsent in the input box, and drover sends nothing more here until it is cleared"
             return refused
-        tmux(socket, ["send-keys", "-t", pane_id, "Enter"])
+        key = "Enter" if state == "idle" else profiles[engine].get("submit_when_busy") or "Enter"
+        tmux(socket, ["send-keys", "-t", pane_id, key])
     except HelperError as exc:
         # The text is in the pane; whether Enter went is unknown. Say so, never "delivered".
         return {
@@ -143,3 +258,27 @@ def deliver(session: Session, payload: str, args: Dict[str, Any], profiles: Prof
         "chars": len(payload),
         "session": public(session),
     }
+
+
+def _second_look(session: Session, payload: str, profiles: Profiles, status: Any) -> Optional[Outcome]:
+    """Before Enter: the input box must show what was pasted, and nothing apart from it may have become a dialog.
+
+    The pasted text itself is never searched for dialog words (it may quote them); only the screen around it is.
+    """
+    engine = session["engine"]
+    refused, after, seen = check_pane(session, profiles, pasted=payload, status=status)
+    if refused is not None:
+        return refused
+    if seen["state"] == "dialog":
+        detail = "a dialog appeared while the text was landing (%s): Enter was not sent" % seen["reason"]
+        return refusal(P.DIALOG_AFTER_PASTE, detail, session, "dialog")
+    if engine == "shell":
+        nonempty = [line for line in lines_of(after) if line.strip()]
+        last = nonempty[-1] if nonempty else ""
+        if classify(last, profiles[engine])["state"] == "dialog":
+            return refusal(P.DIALOG_AFTER_PASTE, "the shell started asking something: %r" % last[-60:], session, "dialog")
+        return None
+    if seen.get("input") is None or not seen.get("shows_paste"):
+        detail = "after the paste the input box does not show the text (%s): Enter was not sent" % seen["reason"]
+        return refusal(P.PASTE_NOT_SHOWN, detail, session, seen["state"])
+    return None
