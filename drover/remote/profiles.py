@@ -141,6 +141,19 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
 }
 
 ENGINE_ORDER = ["claude", "codex", "gemini", "demo"]
+# Keys whose values are regular expressions (one, or a list): checked when profiles are merged.
+PATTERN_KEYS = (
+    "dialog",
+    "busy",
+    "idle",
+    "scripts",
+    "placeholder",
+    "paste_marker",
+    "input",
+    "input_above",
+    "input_end",
+    "empty_footer",
+)
 PROFILE_KEYS = {
     "input": str,
     "empty_footer": str,
@@ -173,7 +186,7 @@ def merge_profiles(overrides: Optional[Dict[str, Dict[str, Any]]]) -> Dict[str, 
             base[key] = value
         profiles[name] = base
     for name, prof in profiles.items():
-        for key in ("dialog", "busy", "idle", "scripts", "placeholder", "paste_marker", "input", "input_above", "input_end", "empty_footer"):
+        for key in PATTERN_KEYS:
             value = prof.get(key) or []
             for pattern in [value] if isinstance(value, str) else value:
                 try:
