@@ -467,7 +467,7 @@ class TruthFile:
                 else:
                     self._write(fd, event)
         except TruthFileError as exc:
-            exc.message = f"nothing was sent: the message cannot be recorded first. {exc.message}"
+            exc.message = f"nothing was sent (drover records a message before it sends it): {exc.message}"
             raise
         return msg_id, refusal
 

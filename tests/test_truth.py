@@ -27,11 +27,7 @@ def truth_lines(home: Path) -> list[str]:
 def test_eight_processes_two_hundred_sends_each(tmux: Tmux, isolated: Path) -> None:
     fleet = isolated / "fleet.toml"
     fleet.write_text(LOOSE_LIMITS + "[defaults]\nsettle_s = 0.5\n", encoding="utf-8")
-    panes, outs = [], []
-    for i in range(8):
-        out = isolated / f"recv-{i}.txt"
-        panes.append(tmux.start(f"w{i}", f"exec cat > {out}"))
-        outs.append(out)
+    panes = [tmux.agent(f"w{i}") for i in range(8)]
     script = textwrap.dedent(
         """
         import sys, drover
@@ -58,13 +54,10 @@ def test_eight_processes_two_hundred_sends_each(tmux: Tmux, isolated: Path) -> N
     assert len(set(accepted)) == 1600
     assert Counter(e["id"] for e in events if e["event"] == "outcome") == Counter(accepted)
     assert {e["outcome"] for e in events if e["event"] == "outcome"} == {"delivered"}
-    for i, out in enumerate(outs):
-
-        def all_arrived(out: Path = out) -> bool:
-            return len(out.read_text(encoding="utf-8").splitlines()) == 200
-
-        wait_for(all_arrived, timeout=20)
-        assert out.read_text(encoding="utf-8").splitlines() == [f"worker {i} message {n}" for n in range(200)]
+    for i, pane in enumerate(panes):
+        wait_for(lambda pane=pane: len(pane.messages()) == 200, timeout=30, what=f"worker {i}'s messages")
+        got = [m.split("\n")[1] for m in pane.messages()]  # the body, inside drover's envelope
+        assert got == [f"worker {i} message {n}" for n in range(200)]
 
 
 def test_send_killed_between_accept_and_outcome_shows_as_pending(tmux: Tmux, isolated: Path, cli: Any) -> None:

@@ -231,31 +231,44 @@ def test_full_disk_before_sending_refuses_to_send_and_leaves_the_file_as_it_was(
     assert listed.code == 0 and [m["text"] for m in listed.json()["data"]["messages"]] == ["an earlier message"]
 
 
+# The demo agent, with a neighbour that fills the disk the moment the paste starts to arrive -- after drover wrote
+# the accepted event, before it writes the outcome.  Its path contains drover/demo_agent, so drover sees the demo
+# engine in the pane.
 PANE_FILLS_THE_DISK = textwrap.dedent(
     """
-    import fcntl, json, os, sys, time, tty
+    import fcntl, os, sys, time
     truth, filler, done = sys.argv[1:4]
-    tty.setcbreak(sys.stdin.fileno())
-    print("ready", flush=True)
-    os.read(sys.stdin.fileno(), 1)  # the paste is arriving: drover has written its accepted event
-    # A neighbour appends to the record until its last page is full (so the next line needs a new page)...
-    fd = os.open(truth, os.O_WRONLY | os.O_APPEND)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    slack = -os.fstat(fd).st_size % 4096
-    if slack >= 64:
-        head = '{"event":"neighbour","ts":%r,"pad":"' % time.time()
-        os.write(fd, (head + "x" * (slack - len(head) - 3) + '"}\\n').encode())
-    # ...and the disk fills up.
-    out = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        while True:
-            os.write(out, b"\\0" * 4096)
-    except OSError:
-        pass
-    os.close(fd)
-    open(done, "w").close()
-    while True:
-        os.read(sys.stdin.fileno(), 4096)
+    real_read = os.read
+    fired = []
+
+    def fill_the_disk():
+        # A neighbour appends to the record until its last page is full (so the next line needs a new page)...
+        fd = os.open(truth, os.O_WRONLY | os.O_APPEND)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        slack = -os.fstat(fd).st_size % 4096
+        if slack >= 64:
+            head = '{"event":"neighbour","ts":%r,"pad":"' % time.time()
+            os.write(fd, (head + "x" * (slack - len(head) - 3) + '"}\\n').encode())
+        # ...and the disk fills up.
+        out = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(out, b"\\0" * 4096)
+        except OSError:
+            pass
+        os.close(fd)
+        open(done, "w").close()
+
+    def read(fd, n):
+        data = real_read(fd, n)
+        if fd == 0 and data and not fired:
+            fired.append(True)
+            fill_the_disk()
+        return data
+
+    os.read = read
+    from drover import demo_agent
+    sys.exit(demo_agent.main(sys.argv[4:]))
     """
 )
 
@@ -271,19 +284,24 @@ def test_full_disk_after_delivery_keeps_the_outcome(
     fleet = isolated / "fleet.toml"
     fleet.write_text("[defaults]\nsettle_s = 0.5\n", encoding="utf-8")
     monkeypatch.setenv("DROVER_FLEET", str(fleet))
-    script = isolated / "fills.py"
+    script = isolated / "drover" / "demo_agent_fills_the_disk.py"
+    script.parent.mkdir()
     script.write_text(PANE_FILLS_THE_DISK, encoding="utf-8")
     done = isolated / "disk-is-full"
-    pane = tmux.start("filler", f"{sys.executable} {script} {home / 'truth.jsonl'} {home.parent / 'filler'} {done}")
-    wait_for(lambda: "ready" in pane.screen(), what="the pane program")
+    log = isolated / "filler-agent.jsonl"
+    args = f"{home / 'truth.jsonl'} {home.parent / 'filler'} {done} --log {log} --name filler"
+    pane = tmux.start("filler", f"{sys.executable} {script} {args}")
+    pane.log = log
+    pane.wait_idle()
 
     res = drover_process("--actor", "carol", "send", pane.address, "the text that fills the disk", "--json")
-    assert done.exists()
+    assert done.exists(), (res.code, res.out, res.err)
     assert res.code == 0, res.err
     data = res.json()["data"]
     assert data["outcome"] == "delivered" and data["lane"] == "tmux"
     assert f"the outcome of {data['id']} could not be recorded" in res.err and "No space left" in res.err
     assert "the record shows the message as pending" in res.err
+    wait_for(lambda: bodies(pane) == ["the text that fills the disk"], what="the message")
 
     human = drover_process("--actor", "carol", "send", pane.address, "a second text")
     assert human.code == 7 and "nothing was sent" in human.err  # and now nothing more can be accepted
@@ -291,6 +309,34 @@ def test_full_disk_after_delivery_keeps_the_outcome(
     pending = drover_process("log", "--pending", "--json")
     assert pending.code == 0, pending.err
     assert [(m["id"], m["pending"]) for m in pending.json()["data"]["messages"]] == [(data["id"], True)]
+
+
+def test_a_file_size_limit_is_a_full_disk(isolated: Path) -> None:
+    """Under RLIMIT_FSIZE the write stops part-way with EFBIG (Python ignores SIGXFSZ): the same clear refusal,
+    and the part that was written is taken back."""
+    import resource
+
+    home = home_of(isolated)
+    record(home)
+    path = home / "truth.jsonl"
+    before = path.read_bytes()
+    limit = len(before) + 100  # room for a fragment of the next line, not for the line
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "drover", "send", "anyone", "a message longer than the hundred bytes left " * 3, "--json"],
+        capture_output=True,
+        text=True,
+        preexec_fn=small_files,
+        timeout=60,
+        cwd=str(Path(drover.__file__).parents[1]),
+    )
+    assert proc.returncode == 7, proc.stderr
+    error = json.loads(proc.stdout)["errors"][0]
+    assert error["code"] == "truth_disk_full" and error["errno"] == "EFBIG"
+    assert path.read_bytes() == before
 
 
 def test_outcome_write_failure_returns_a_warning(tmpfs: Callable[..., Path]) -> None:
