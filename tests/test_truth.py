@@ -15,7 +15,7 @@ from typing import Any
 
 import drover
 from drover.truth import TruthFile
-from tests.conftest import ROOT, Tmux, drover_process, stays, wait_for
+from tests.conftest import ROOT, Pane, Tmux, drover_process, stays, wait_for
 
 LOOSE_LIMITS = "[limits]\nbucket_size = 100000\nduplicate_window_s = 0\n"
 
@@ -55,7 +55,11 @@ def test_eight_processes_two_hundred_sends_each(tmux: Tmux, isolated: Path) -> N
     assert Counter(e["id"] for e in events if e["event"] == "outcome") == Counter(accepted)
     assert {e["outcome"] for e in events if e["event"] == "outcome"} == {"delivered"}
     for i, pane in enumerate(panes):
-        wait_for(lambda pane=pane: len(pane.messages()) == 200, timeout=30, what=f"worker {i}'s messages")
+
+        def all_arrived(pane: Pane = pane) -> bool:
+            return len(pane.messages()) == 200
+
+        wait_for(all_arrived, timeout=30, what=f"worker {i}'s messages")
         got = [m.split("\n")[1] for m in pane.messages()]  # the body, inside drover's envelope
         assert got == [f"worker {i} message {n}" for n in range(200)]
 
