@@ -9,7 +9,7 @@ temporary DROVER_HOME, then runs, as separate processes, R times each:
   log show OLD        python -m drover log show ID --json        (a message from the first hour of the file)
   log --pending       python -m drover log --pending --json      (the newest 50 of the 1 in 997 left pending)
   log --actor nobody  python -m drover log --actor nobody --json (no match: the whole file is read, once)
-  python start        python -c "import drover.ops"              (the floor: interpreter and imports)
+  log -n 20, empty    the same command on an empty record        (the floor: interpreter, imports, the CLI)
 
 and prints the median wall time and the peak RSS of each (ru_maxrss of that child, from os.wait4; the last line
 is resource.getrusage(RUSAGE_CHILDREN), the peak over every child).
@@ -138,15 +138,16 @@ def main() -> int:
             ("log show OLD", [*py, "-m", "drover", "log", "show", old_id, "--json"]),
             ("log --pending", [*py, "-m", "drover", "log", "--pending", "--json"]),
             ("log --actor nobody", [*py, "-m", "drover", "log", "--actor", "nobody", "--json"]),
-            ("python start", [*py, "-c", "import drover.ops"]),
+            ("log -n 20, empty", [*py, "-m", "drover", "log", "-n", "20", "--json"]),
         ]
         print(f"{'command':<20} {'wall (median)':>14} {'peak RSS':>10}  answer")
         for label, cmd in commands:
             if args.only and args.only not in label:
                 continue
             walls, rss, answer = [], 0, ""
+            run_env = {**env, "DROVER_HOME": str(tmp / "empty")} if label.endswith("empty") else env
             for _ in range(args.repeat):
-                wall, maxrss, code, out = run(cmd, env)
+                wall, maxrss, code, out = run(cmd, run_env)
                 walls.append(wall)
                 rss = max(rss, maxrss)
                 if code == 0 and out.strip():
