@@ -36,7 +36,7 @@ OPS = {
     "messages.get": ["id"],
     "messages.list": ["target", "host", "actor", "outcome", "since", "pending", "limit", "text"],
     "sessions.list": ["hosts", "tags", "engine", "state"],
-    "sessions.message": ["host", "id", "text", "actor", "via", "expect_engine", "as_owner"],
+    "sessions.message": ["host", "id", "text", "actor", "via", "expect_engine", "as_owner", "raw"],
     "sessions.read": ["host", "id", "last", "roles", "grep", "since", "raw"],
     "sessions.status": ["host", "id", "tail"],
     "sessions.wait": ["host", "id", "until", "timeout_s"],

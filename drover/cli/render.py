@@ -315,6 +315,11 @@ def waited(data: dict[str, Any]) -> None:
     where = f"{data['host']}:{session.get('name') or session.get('id')}"
     if data.get("reached"):
         out.print(Text(f"{where} is {data['state']} (after {data['waited_s']:.1f}s; {data['how']})"))
+    elif data.get("state") == "exited":
+        err.print(
+            Text(f"drover: {where} exited after {data['waited_s']:.1f}s: it will not be {data['until']} ({data['how']})"),
+            style="red",
+        )
     else:
         err.print(Text(f"drover: {where} is still {data['state']} after {data['waited_s']:.1f}s ({data['how']})"), style="red")
 

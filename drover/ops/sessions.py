@@ -241,6 +241,10 @@ async def sessions_wait(ctx: Context, req: WaitRequest) -> Result:
     data = {"host": req.host, "until": req.until, **data}
     if data.get("reached"):
         return Result(data)
+    if data.get("state") == "exited":
+        # It will never be idle now: say so at once, as a session that is gone.
+        error = {"code": P.SESSION_EXITED, "message": f"{req.id} exited while waiting for it to be {req.until}", "host": req.host}
+        return Result(data, [error], ExitCode.TARGET)
     error = {
         "code": P.WAIT_TIMEOUT,
         "message": f"{req.id} was still {data.get('state')} after {req.timeout_s:g}s",

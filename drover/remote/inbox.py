@@ -17,7 +17,15 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from . import protocol as P
 from .protocol import HelperError
 
+# Claude Code drops a line over this many characters -- JavaScript's characters, UTF-16 code units: an emoji
+# counts twice -- and closes the connection.  Measured in the receiver's units, before sending.
 INBOX_MAX_LINE = 1048576
+
+
+def utf16_units(text: str) -> int:
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
 # One reply socket per process (<pid>.sock, as the receiver requires): concurrent sends in one process share it.
 _REPLY_LOCK = threading.Lock()
 
@@ -128,6 +136,10 @@ def send_line(rec: Dict[str, Any], line: str) -> Optional[Dict[str, Any]]:
     except ConnectionRefusedError:
         detail = "the inbox socket %s refuses connections: the session is gone" % path
         return {"outcome": P.FAILED, "code": P.SOCKET_STALE, "detail": detail}
+    except (BrokenPipeError, ConnectionResetError):
+        # The receiver closed before reading everything (a line over its limit, or it exited): not silence.
+        detail = "the inbox at %s closed the connection before reading the whole message: it was not taken" % path
+        return {"outcome": P.FAILED, "code": P.INBOX_ERROR, "detail": detail}
     except FileNotFoundError:
         return {"outcome": P.FAILED, "code": P.SOCKET_MISSING, "detail": "the inbox socket %s does not exist" % path}
     except socketlib.timeout:
@@ -180,8 +192,12 @@ def deliver(session: Dict[str, Any], content: Callable[[str], str], args: Dict[s
             ensure_ascii=False,
         )
         base = dict(base, lane="inbox", receiver_msg_id=msg_id)
-        if len(line) > INBOX_MAX_LINE:
-            detail = "the message line is %d characters; Claude's inbox drops lines over %d" % (len(line), INBOX_MAX_LINE)
+        units = utf16_units(line)
+        if units > INBOX_MAX_LINE:
+            detail = "the message line is %d UTF-16 units (emoji count twice); Claude's inbox drops lines over %d" % (
+                units,
+                INBOX_MAX_LINE,
+            )
             return dict(base, outcome=P.REFUSED, code=P.TOO_LARGE, detail=detail)
         failed = send_line(rec, line)
         if failed is not None:

@@ -38,6 +38,8 @@ def op_hello(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         "platform": sys.platform,
         "user": os.environ.get("USER") or str(os.getuid()),
         "tmux": tmux.version(),
+        # What the SSH session handed the helper: drover never asks for either, so both should be false.
+        "forwarded": {"agent": bool(os.environ.get("SSH_AUTH_SOCK")), "x11": bool(os.environ.get("DISPLAY"))},
         "engines": engines,
         "stale_claude_sessions": stale,
         "warnings": warnings,

@@ -31,19 +31,20 @@ def wait_claude(session: Session, until: str, timeout: float) -> Dict[str, Any]:
         now = claude.record_now(rec)
         if now is not None and now.get("status") == "idle":
             return {"reached": True, "state": "idle", "how": "went idle while subscribing"}
-        notice = reply.wait_for(
-            lambda m: m.get("action") == "peer_idle_notice" and m.get("orig_msg_id") == msg_id,
-            timeout - (time.monotonic() - started),
-        )
-    if notice is None:
-        return {"reached": False, "state": session["state"], "how": "notify_when_idle (no notice before the timeout)"}
+        # A session that dies sends no notice: listen in slices and look at its process between them, so a wait
+        # on a killed session ends at once instead of at its timeout.
+        notice = None
+        while notice is None:
+            left = timeout - (time.monotonic() - started)
+            if left <= 0:
+                return {"reached": False, "state": session["state"], "how": "notify_when_idle (no notice before the timeout)"}
+            notice = reply.wait_for(
+                lambda m: m.get("action") == "peer_idle_notice" and m.get("orig_msg_id") == msg_id, min(left, 0.5)
+            )
+            if notice is None and not claude.alive(rec):
+                return {"reached": False, "state": "exited", "how": "the session's process ended while waiting"}
     state = notice.get("state") or "idle"
-    return {
-        "reached": state == until or state == "exited",
-        "state": state,
-        "finished_at": notice.get("finished_at"),
-        "how": "notify_when_idle",
-    }
+    return {"reached": state == until, "state": state, "finished_at": notice.get("finished_at"), "how": "notify_when_idle"}
 
 
 def wait_pane(session: Session, until: str, timeout: float, profiles: Profiles) -> Dict[str, Any]:
@@ -53,9 +54,9 @@ def wait_pane(session: Session, until: str, timeout: float, profiles: Profiles) 
         try:
             flags = pane_flags(session["socket"], session["id"])
         except HelperError:
-            return {"reached": until == "exited", "state": "exited", "how": "watched the pane on the host"}
+            return {"reached": until == "exited", "state": "exited", "how": "the pane is gone"}
         if flags["pane_dead"] == "1":
-            return {"reached": until == "exited", "state": "exited", "how": "watched the pane on the host"}
+            return {"reached": until == "exited", "state": "exited", "how": "the pane's program exited"}
         if until == "idle":
             state = classify(capture(session["socket"], session["id"]), profiles[session["engine"]])["state"]
             if state == "idle":

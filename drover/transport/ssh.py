@@ -159,6 +159,8 @@ class SSHTransport:
             "client_factory": lambda: _Client(judge),
             "connect_timeout": self.connect_timeout,
             "login_timeout": self.connect_timeout,
+            # Whatever ~/.ssh/config says (ForwardAgent yes): a host drover talks to never gets the user's agent.
+            "agent_forwarding": False,
         }
         if cfg.port:
             options["port"] = cfg.port
@@ -287,7 +289,8 @@ class SSHTransport:
     @staticmethod
     async def _run(conn: asyncssh.SSHClientConnection, command: str, stdin: bytes) -> asyncssh.SSHCompletedProcess:
         """Run the command with stdin; a remote that exits before reading it all (no python there) still has a say."""
-        async with conn.create_process(command, encoding=None) as process:
+        # Nor an X11 display (ForwardX11 yes): the helper needs neither, and a forwarded one is a way back in.
+        async with conn.create_process(command, encoding=None, x11_forwarding=False) as process:
             try:
                 process.stdin.write(stdin)
                 process.stdin.write_eof()
