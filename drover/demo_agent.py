@@ -27,11 +27,12 @@ KEY_NAMES = {"\x1b[A": "Up", "\x1b[B": "Down", "\x1b[C": "Right", "\x1b[D": "Lef
 
 
 class Agent:
-    def __init__(self, log: str, name: str, busy_after: float, dialog_on_paste: bool) -> None:
+    def __init__(self, log: str, name: str, busy_after: float, dialog_on_paste: bool, dialog_after_paste: bool = False) -> None:
         self.log_path = log
         self.name = name
         self.busy_after = busy_after
         self.dialog_on_paste = dialog_on_paste
+        self.dialog_after_paste = dialog_after_paste
         self.buf = ""
         self.pending = ""
         self.in_paste = False
@@ -129,6 +130,10 @@ class Agent:
                 self._paste_text(self.pending[:end])
                 self.pending = self.pending[end + len(PASTE_END) :]
                 self.in_paste = False
+                if self.dialog_after_paste:
+                    # A permission dialog that pops up right after the text landed in the input box (kept there).
+                    self.dialog = True
+                    self.dirty = True
                 continue
             ch = self.pending[0]
             if ch == "\x1b":
@@ -225,8 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="demo", help="name shown in the header")
     parser.add_argument("--busy-after-message", type=float, default=0.0, help="seconds to stay busy after a message")
     parser.add_argument("--dialog-on-paste", action="store_true", help="draw a dialog the moment a paste starts")
+    parser.add_argument("--dialog-after-paste", action="store_true", help="draw a dialog once a paste has landed")
     args = parser.parse_args(argv)
-    Agent(args.log, args.name, args.busy_after_message, args.dialog_on_paste).run()
+    Agent(args.log, args.name, args.busy_after_message, args.dialog_on_paste, args.dialog_after_paste).run()
     return 0
 
 
