@@ -231,6 +231,9 @@ class Query:
 
 
 ID_TIME = re.compile(r"^msg_([0-9a-f]{1,12})")
+ACCEPTED_PREFIX = f'{{"v":{VERSION},"event":"accepted","id":"'.encode()  # how drover starts an accepted line
+PLAIN_ID = re.compile(rb'([A-Za-z0-9_]{1,64})",')
+PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.:@%+=,~ -]+")
 
 
 def id_time_range(prefix: str) -> tuple[float, float] | None:
@@ -554,10 +557,10 @@ class TruthFile:
             yield b"".join(reversed(carry)), terminated
 
     def _backward(
-        self, stats: ReadStats, fd: int, end: int, settled: bool, needle: bytes | None = None
+        self, stats: ReadStats, fd: int, end: int, settled: bool, skip: Callable[[bytes], bool] | None = None
     ) -> Iterator[dict[str, Any]]:
         for raw, terminated in self._lines_backward(fd, end):
-            if needle is not None and needle not in raw:
+            if skip is not None and skip(raw):
                 continue
             if not raw.strip():
                 continue
@@ -569,17 +572,17 @@ class TruthFile:
             yield ev
 
     def backward(
-        self, stats: ReadStats | None = None, fd: int | None = None, needle: bytes | None = None
+        self, stats: ReadStats | None = None, fd: int | None = None, skip: Callable[[bytes], bool] | None = None
     ) -> Iterator[dict[str, Any]]:
-        """Well-formed events, newest first.  With `fd` (the one `locked()` gave), read under that lock; with
-        `needle`, only the lines that contain it."""
+        """Well-formed events, newest first.  With `fd` (the one `locked()` gave), read under that lock; lines
+        for which `skip(raw)` is true are passed over unparsed (and so uncounted)."""
         stats = stats if stats is not None else ReadStats(str(self.path))
         if fd is not None:
-            yield from self._backward(stats, fd, os.fstat(fd).st_size, True, needle)
+            yield from self._backward(stats, fd, os.fstat(fd).st_size, True, skip)
             return
         with self._reading() as opened:
             if opened is not None:
-                yield from self._backward(stats, *opened, needle)
+                yield from self._backward(stats, *opened, skip)
 
     def events(self, stats: ReadStats | None = None) -> Iterator[dict[str, Any]]:
         """Well-formed events, oldest first (the whole file, forwards)."""
@@ -634,13 +637,33 @@ class TruthFile:
         stop: Callable[[dict[str, Any]], bool] | None = None,
         want: Callable[[dict[str, Any], dict[str, Any] | None], bool] | None = None,
         needle: bytes | None = None,
+        reject: Callable[[bytes, dict[str, Any] | None], bool] | None = None,
     ) -> Iterator[Message]:
         """Messages, newest first, each with its latest outcome (met first when reading backwards).
 
         Stops before the first accepted event for which `stop` is true; `want(accepted, outcome)` skips a message
-        before it is built; with `needle`, lines that do not contain those bytes are not even parsed."""
+        before it is built.  Two shortcuts spare the JSON parse of lines that cannot be in the answer: with
+        `needle`, lines that do not contain those bytes; with `reject(raw, outcome)`, accepted events as drover
+        writes them (their id read from the bytes) that it rules out."""
         outcomes: dict[str, dict[str, Any]] = {}  # met, waiting for their accepted event (so: a few)
-        for ev in self.backward(stats, needle=needle):
+        skip = None
+        if needle is not None or reject is not None:
+
+            def skip(raw: bytes) -> bool:
+                if needle is not None and needle not in raw:
+                    return True
+                if reject is None or not raw.startswith(ACCEPTED_PREFIX):
+                    return False
+                m = PLAIN_ID.match(raw, len(ACCEPTED_PREFIX))
+                if m is None:
+                    return False
+                msg_id = m.group(1).decode()
+                if not reject(raw, outcomes.get(msg_id)):
+                    return False
+                outcomes.pop(msg_id, None)
+                return True
+
+        for ev in self.backward(stats, skip=skip):
             kind = ev["event"]
             if kind == "outcome":
                 outcomes.setdefault(ev["id"], ev)  # the newest outcome wins, as in a forward fold
@@ -669,7 +692,9 @@ class TruthFile:
         """The newest `limit` matching messages (accepted at or after since_ts), oldest first.
 
         Reads backwards and stops at the limit (plus one, to know whether there are more) or ORDER_SLACK_S before
-        since_ts, so the cost follows the answer.  A filter that matches fewer reads the whole file, once."""
+        since_ts, so the cost follows the answer.  A filter that matches fewer reads the whole file, once, and
+        parses only the accepted lines it cannot rule out from their bytes (so `stats` counts malformed lines
+        among those it parsed)."""
         stats = ReadStats(str(self.path))
 
         def want(acc: dict[str, Any], out: dict[str, Any] | None) -> bool:
@@ -689,9 +714,21 @@ class TruthFile:
             def stop(ev: dict[str, Any]) -> bool:
                 return bool(ev["ts"] < cutoff)
 
+        # A value any JSON encoder writes as it is: an accepted line without it cannot match.
+        values = [f'"{v}"'.encode() for v in (host, target, actor) if v and PLAIN_VALUE.fullmatch(v)]
+        reject = None
+        if values or outcome or pending:
+
+            def reject(raw: bytes, out: dict[str, Any] | None) -> bool:
+                return (
+                    (pending and out is not None)
+                    or bool(outcome and (out is None or out["outcome"] != outcome))
+                    or any(v not in raw for v in values)
+                )
+
         found: list[Message] = []
         complete = True
-        for m in self._fold_backward(stats, stop, want):
+        for m in self._fold_backward(stats, stop, want, reject=reject):
             if len(found) == limit:
                 complete = False
                 break
