@@ -280,3 +280,23 @@ def test_remote_without_tmux_says_so(sshfleet: SSHFleet, isolated: Path, cli: An
     assert res.code == 6 and "tmux is not installed on this host" in res.err
     row = cli("fleet", "check", "--host", "bare", "--json").json()["data"]["hosts"][0]
     assert row["ok"] and row["tmux"] is None
+
+
+def test_agent_and_x11_forwarding_are_never_requested(sshfleet: SSHFleet, isolated: Path, cli: Any, monkeypatch: Any) -> None:
+    """~/.ssh/config asks for both; the helper on the host must get neither (a forwarded agent is a way back in)."""
+    config = sshfleet.client_home / ".ssh" / "config"
+    original = config.read_text()
+    sock = isolated / "fwd-agent.sock"
+    out = subprocess.run(["ssh-agent", "-a", str(sock)], capture_output=True, text=True, check=True).stdout
+    agent_pid = int(out.split("SSH_AGENT_PID=")[1].split(";")[0])
+    try:
+        config.write_text("Host *\n    ForwardAgent yes\n    ForwardX11 yes\n    ForwardX11Trusted yes\n\n" + original)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        monkeypatch.setenv("DISPLAY", ":0")
+        res = cli("fleet", "check", "--host", "h1", "--json")
+        assert res.code == 0, res.err
+        row = res.json()["data"]["hosts"][0]
+        assert row["forwarded"] == {"agent": False, "x11": False}, row
+    finally:
+        config.write_text(original)
+        os.kill(agent_pid, signal.SIGTERM)

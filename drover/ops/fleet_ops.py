@@ -53,6 +53,7 @@ def _row(host: str, data: Any, err: DroverError | None, seconds: float, connect:
             engines=data.get("engines", {}),
             user=data.get("user"),
             stale_claude_sessions=data.get("stale_claude_sessions", []),
+            forwarded=data.get("forwarded"),
             warnings=data.get("warnings", []),
         )
     row["rtt_ms"] = round((seconds - (connect or 0)) * 1000, 1) if err is None else None
