@@ -50,7 +50,6 @@ VERSION = 1
 NAME = "truth.jsonl"
 CHUNK = 1 << 16  # the first backward read; each next one doubles, up to MAX_CHUNK
 MAX_CHUNK = 1 << 20
-TAIL_CHUNK = MAX_CHUNK  # kept for callers of the old name
 ORDER_SLACK_S = 60.0  # how far file order may run ahead of time order (a writer waiting for the lock)
 HEAD_CHARS = 1000  # what an oversize refusal keeps of the text (with its length and sha256)
 LOCK_WAIT_S = 2.0  # a reader waits this long for a writer to finish its line, then reads what is there
