@@ -19,8 +19,9 @@ import json
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncssh
 
@@ -28,6 +29,8 @@ from drover.errors import ConfigError, DroverError, TransportError, from_helper
 from drover.fleet import Defaults, HostConfig
 from drover.remote import protocol as P
 from drover.transport import bundle
+
+T = TypeVar("T")
 
 
 def drover_known_hosts() -> Path:
@@ -113,6 +116,22 @@ def _known_hosts_data(cfg: HostConfig) -> bytes:
     return b"\n".join(chunks)
 
 
+async def bounded(work: Awaitable[T], seconds: float, on_timeout: Callable[[], None] | None = None) -> T:
+    """`work`, or TimeoutError after `seconds` -- and then really after: unlike asyncio.wait_for, this does not wait
+    for the cancelled work to finish cleaning up (closing a channel to a host that stopped answering never does).
+    `on_timeout` (aborting the connection) runs first, so the abandoned work ends soon on its own."""
+    task = asyncio.ensure_future(work)
+    done, _pending = await asyncio.wait({task}, timeout=seconds)
+    if task in done:
+        return task.result()
+    if on_timeout is not None:
+        on_timeout()
+    task.cancel()
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # never "exception was never retrieved"
+    await asyncio.wait({task}, timeout=0.5)
+    raise TimeoutError
+
+
 def read_answer(stdout: bytes) -> tuple[dict[str, Any] | None, bytes]:
     """(the framed answer, the noise before it): login-shell output can precede the answer but not corrupt it."""
     at = stdout.find(P.ANSWER_MARK)
@@ -172,8 +191,8 @@ class SSHTransport:
             options["tunnel"] = cfg.proxy_jump
         where = f"{target}" + (f":{cfg.port}" if cfg.port else "")
         try:
-            # The outer wait_for also bounds DNS and the tunnel, which connect_timeout may not cover.
-            return await asyncio.wait_for(asyncssh.connect(target, **options), self.connect_timeout + 1)
+            # The outer bound also covers DNS and the tunnel, which connect_timeout may not.
+            return await bounded(asyncssh.connect(target, **options), self.connect_timeout + 1)
         except asyncssh.HostKeyNotVerifiable:
             raise judge.error() from None
         except asyncssh.PermissionDenied as exc:
@@ -217,7 +236,7 @@ class SSHTransport:
         except ValueError as exc:
             raise ConfigError(str(exc), host=self.host, hint=f"fix python under [hosts.{self.host}] in fleet.toml") from None
         try:
-            result = await asyncio.wait_for(self._run(conn, command, bundle.preamble() + request), timeout)
+            result = await bounded(self._run(conn, command, bundle.preamble() + request), timeout, on_timeout=self.abort)
         except TimeoutError:
             raise TransportError(
                 f"no answer to {op} within {timeout:g}s (the request may still complete there)",
@@ -298,11 +317,17 @@ class SSHTransport:
                 pass  # the process is gone already: its exit status tells why
             return await process.wait(check=False)
 
+    def abort(self) -> None:
+        """Drop the connection at once: a host that stopped answering would never finish a polite close."""
+        if self._conn is not None:
+            self._conn.abort()
+            self._conn = None
+
     async def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             try:
-                await asyncio.wait_for(self._conn.wait_closed(), 2)
+                await bounded(self._conn.wait_closed(), 2)
             except (TimeoutError, DroverError, OSError, asyncssh.Error):
-                pass
+                self._conn.abort()
             self._conn = None
