@@ -36,8 +36,16 @@ def _ts(event: dict[str, Any]) -> float | None:
         return None
 
 
+def _key(event: dict[str, Any]) -> Any:
+    """What a past message was sent to: the session's identity when it was resolved (`%0`, its name, its pane
+    target and an id prefix are one session), else the target as typed."""
+    options = event.get("options")
+    identity = options.get("identity") if isinstance(options, dict) else None
+    return identity or event.get("target")
+
+
 def check(limits: Limits, host: str, target: str, text: str, now: float, recent: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The refusal outcome for this message, or None if it may go."""
+    """The refusal outcome for this message, or None if it may go.  `target` is the session's identity."""
     if len(text) > limits.max_chars:
         return {
             "outcome": "refused",
@@ -50,7 +58,7 @@ def check(limits: Limits, host: str, target: str, text: str, now: float, recent:
         for e in recent
         if e.get("event") == "accepted"
         and e.get("host") == host
-        and e.get("target") == target
+        and _key(e) == target
         and _ts(e) is not None
         and outcomes.get(e.get("id")) not in NOT_SENT
     ]
@@ -62,7 +70,8 @@ def check(limits: Limits, host: str, target: str, text: str, now: float, recent:
                 return {
                     "outcome": "refused",
                     "code": "duplicate",
-                    "detail": f"the same text went to {host}:{target} {age:.0f}s ago ({e.get('id')}); "
+                    "detail": f"the same text went to this session ({target}) {age:.0f}s ago as {host}:{e.get('target')} "
+                    f"({e.get('id')}); "
                     f"identical texts are refused within {limits.duplicate_window_s:g}s",
                 }
     tokens, last = float(limits.bucket_size), None

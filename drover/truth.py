@@ -181,6 +181,10 @@ class Message:
     outcome_time: str | None = None
     session: dict[str, Any] | None = None
     redirected_from: str | None = None
+    verified: bool | None = None  # the receiver's own record shows it (None: drover never looked)
+    verification: str | None = None  # how drover knows, or why it cannot
+    indeterminate: bool | None = None  # drover cannot know whether it arrived
+    pasted: bool | None = None  # the text reached a pane's input box (refused after the paste)
 
     @property
     def pending(self) -> bool:
@@ -216,6 +220,10 @@ class Message:
         self.outcome_time = ev.get("time")
         self.session = ev.get("session")
         self.redirected_from = ev.get("redirected_from")
+        self.verified = ev.get("verified")
+        self.verification = ev.get("verification")
+        self.indeterminate = ev.get("indeterminate")
+        self.pasted = ev.get("pasted")
         return self
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ SCREENS = Path(__file__).resolve().parent / "screens"
 # Tests that use these need real programs (tmux, sshd, the Claude Code binary) and take seconds each: they form the
 # `slow` tier.  `pytest -m "not slow"` runs the fast tier (pure functions, the CLI's parsing, the truth file) in
 # seconds.
+ID_ATTR = re.compile(r' from-session="msg_[0-9a-f]+"')
 SLOW_FIXTURES = {"tmux", "sshfleet", "ssh_fleet_started", "claude_binary", "claude_lab"}
 
 
@@ -98,6 +100,11 @@ class Pane:
         return [r for r in rows if kind is None or r["type"] == kind]
 
     def messages(self) -> list[str]:
+        """What the program received, with drover's message id (the envelope's from-session) taken out, so tests
+        can compare texts; raw_messages() keeps it."""
+        return [ID_ATTR.sub("", text) for text in self.raw_messages()]
+
+    def raw_messages(self) -> list[str]:
         return [e["text"] for e in self.events("message")]
 
     @property

@@ -91,7 +91,7 @@ def test_forged_tags_round_trip_on_the_inbox_and_do_not_survive_the_pane(claude_
     typed = wait_for(lambda: [t for t in user_turns(s) if "run rm -rf" in t], timeout=20, what="the typed message")[-1]
     assert typed.count("<cross-session-message") == 1 and typed.lower().count("</cross-session-message") == 1
     # (Claude wraps a paste in its own <pasted_content> tag; inside it, drover's envelope is the only one)
-    assert f'<cross-session-message from-name="drover ({ACTOR})" from-mode="prompting">\nbefore' in typed
+    assert f'from-session="{pane.data["id"]}" from-name="drover ({ACTOR})" from-mode="prompting">\nbefore' in typed
 
 
 def test_emoji_over_the_utf16_cap_is_refused_not_lost(claude_lab: Any, isolated: Path) -> None:

@@ -92,6 +92,16 @@ def test_a_program_that_is_no_agent_gets_nothing_even_with_raw_unless_at_a_shell
     assert out.read_text(encoding="utf-8") == ""
 
 
+def test_the_envelope_names_drovers_message_id_so_the_record_can_show_it(tmux: Tmux) -> None:
+    pane = tmux.agent("ided")
+    doc = send(pane.address, "find me later")
+    assert doc.data["outcome"] == "delivered"
+    got = wait_for(pane.raw_messages)[0]
+    assert got.startswith(f'<cross-session-message from-session="{doc.data["id"]}" from-name="drover ({ACTOR})"')
+    # the demo agent's log is its record: drover looked there and saw the message arrive
+    assert doc.data["verified"] is True and "agent-" in doc.data["verification"]
+
+
 def test_busy_agent_gets_it_queued(tmux: Tmux) -> None:
     pane = tmux.agent("busy", "default", "--busy-after-message", "4")
     first = send(pane.address, "first: start working")
@@ -103,7 +113,7 @@ def test_busy_agent_gets_it_queued(tmux: Tmux) -> None:
     wait_for(lambda: len(pane.messages()) == 2)
     queued = pane.events("message")[1]
     assert queued["while_busy"] is True
-    assert queued["text"] == expected_envelope("second: arrives while busy")
+    assert pane.messages()[1] == expected_envelope("second: arrives while busy")
 
 
 def test_send_by_name_and_by_session_window_pane(tmux: Tmux, cli: Any) -> None:

@@ -137,7 +137,7 @@ def test_a_message_to_an_idle_gemini_is_submitted(labs: Any) -> None:
     assert (doc.data["outcome"], doc.data["lane"]) == ("delivered", "tmux"), doc.data
     assert doc.data["session"]["engine"] == "gemini"
     said = wait_for(lambda: user_texts(s), timeout=20, what="the message at the API")
-    assert said[-1].startswith('<cross-session-message from-name="drover (tester)" from-mode="prompting">')
+    assert said[-1].startswith(f'<cross-session-message from-session="{doc.data["id"]}" from-name="drover (tester)" ')
     assert "coordinator here: rebase on master" in said[-1]
     s.wait_screen(lambda t: "✦ Rebasing now." in t, what="the answer")
 

@@ -130,7 +130,10 @@ def test_live_idle_claude_gets_a_bracketed_paste_then_enter(tmux: Tmux, isolated
     doc = drover.run("sessions.message", {"id": pane.address, "text": "hello claude"}, actor="tester")
     assert doc.data["outcome"] == "delivered", doc.data
     wait_for(lambda: log.read_bytes().endswith(b"\r"), what="Enter")
-    body = '<cross-session-message from-name="drover (tester)" from-mode="prompting">\nhello claude\n</cross-session-message>'
+    body = (
+        f'<cross-session-message from-session="{doc.data["id"]}" from-name="drover (tester)" from-mode="prompting">'
+        "\nhello claude\n</cross-session-message>"
+    )
     assert log.read_bytes() == b"\x1b[200~" + body.encode() + b"\x1b[201~\r"
 
 

@@ -58,7 +58,7 @@ def test_a_draft_in_a_busy_agent_is_refused_too(tmux: Tmux) -> None:
 
 def test_busy_is_not_read_from_history(tmux: Tmux) -> None:
     pane = tmux.agent("quoting")
-    first = send(pane.address, "the other pane said: (esc to interrupt) -- ignore that")
+    first = send(pane.address, "(esc to interrupt) is what the other pane said")
     assert first.data["outcome"] == "delivered"
     wait_for(lambda: len(pane.messages()) == 1)
     wait_for(lambda: "esc to interrupt" in pane.screen(), what="the quote in the history")

@@ -56,6 +56,7 @@ PINNED_CODES = {
     ],
     "refusal": [
         "busy",
+        "cannot_verify",
         "copy_mode",
         "denied",
         "dialog",
@@ -94,6 +95,7 @@ PINNED_CODES = {
         "host_key_changed",
         "inbox_error",
         "inbox_timeout",
+        "interrupted",
         "no_tmux",
         "paste_uncertain",
         "protocol",

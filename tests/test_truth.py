@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import drover
-from drover.truth import TruthFile
 from tests.conftest import ROOT, Pane, Tmux, drover_process, stays, wait_for
 
 LOOSE_LIMITS = "[limits]\nbucket_size = 100000\nduplicate_window_s = 0\n"
@@ -66,21 +65,15 @@ def test_eight_processes_two_hundred_sends_each(tmux: Tmux, isolated: Path) -> N
 
 def test_send_killed_between_accept_and_outcome_shows_as_pending(tmux: Tmux, isolated: Path, cli: Any) -> None:
     pane = tmux.agent("victim")
-    server_pid = int(pane.tmux("display-message", "-p", "#{pid}").strip())
-    os.kill(server_pid, signal.SIGSTOP)  # a wedged tmux server: drover accepts, then waits on tmux
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "drover", "--actor", "crasher", "send", pane.address, "never finished"],
-            cwd=str(ROOT),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        truth = TruthFile(isolated / "home")
-        wait_for(lambda: any(e["event"] == "accepted" for e in truth.events()), what="the accepted event")
-        proc.kill()
-        proc.wait(timeout=10)
-    finally:
-        os.kill(server_pid, signal.SIGCONT)
+    # kill -9 right after the accepted event is written (drover's fault injection point for tests)
+    proc = subprocess.run(
+        [sys.executable, "-m", "drover", "--actor", "crasher", "send", pane.address, "never finished"],
+        cwd=str(ROOT),
+        capture_output=True,
+        env={**os.environ, "DROVER_FAULT": "after_accept"},
+        timeout=60,
+    )
+    assert proc.returncode == -signal.SIGKILL
     res = cli("log", "--pending", "--json")
     assert res.code == 0
     pending = res.json()["data"]["messages"]

@@ -123,7 +123,7 @@ def finish(doc: Document, as_json: bool, show: Any) -> None:
         if doc.data is not None:
             show(render.clean(doc.data))
         # These renderings show their own problems (per host, or the refused outcome); others get one line each.
-        if doc.data is None or doc.op not in ("sessions.message", "sessions.wait", "fleet.check"):
+        if doc.data is None or doc.op not in ("sessions.message", "messages.retry", "sessions.wait", "fleet.check"):
             render.errors(doc)
     raise typer.Exit(doc.exit_code)
 

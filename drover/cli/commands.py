@@ -118,6 +118,38 @@ def wait(
     finish(doc, as_json, render.waited)
 
 
+@app.command("verify")
+def verify(
+    ids: Annotated[list[str] | None, typer.Argument(help="message ids (default: recent delivered or queued, unverified)")] = None,
+    as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    actor: ActorOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Look for messages in their receivers' own records (Claude transcripts, Codex rollouts); record the ones found.
+
+    A message queued behind a turn is `unverified` when sent; once the turn has run, `drover verify` finds it.
+    """
+    common(fleet, actor, debug)
+    doc = run("messages.verify", {"ids": ids or None})
+    finish(doc, as_json, render.verified_table)
+
+
+@app.command("retry")
+def retry(
+    msg_id: Annotated[str, typer.Argument(help="the message id (msg_...) or a unique prefix")],
+    as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    actor: ActorOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Finish a pending, failed or uncertain message exactly once: it is looked for in the receiver's record and its
+    input box first, and sent again only if it is provably absent. Never twice."""
+    common(fleet, actor, debug)
+    doc = run("messages.retry", {"id": msg_id})
+    finish(doc, as_json, render.outcome)
+
+
 @app.command("read")
 def read(
     target: Annotated[

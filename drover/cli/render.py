@@ -189,10 +189,32 @@ def outcome(data: dict[str, Any], expected: bool = False) -> None:
     line = Text.assemble(prefix, (name, f"bold {style}"), f" → {where}{via}: {data.get('detail', '')}  ", (data["id"], "dim"))
     console = out if expected or ok else err
     console.print(line)
+    if ok and "verified" in data:
+        # How drover knows: the receiver's own record, or why it could not look yet.
+        if data["verified"]:
+            out.print(Text("  verified: " + str(data.get("verification") or "in the receiver's record"), style="green"))
+        else:
+            out.print(Text("  unverified: " + str(data.get("verification") or "not looked up"), style="yellow"))
+    for w in data.get("warnings") or []:
+        err.print(Text(f"warning: {w.get('message', w) if isinstance(w, dict) else w}"), style="yellow")
     if data.get("declared_mode") == "bypass":
         out.print(Text("  declared the bypass class: relayed as the owner's own words", style="dim"))
     for c in data.get("candidates") or []:
         err.print(Text(f"  candidate: {c.get('server', '')}/{c['id']}  {c.get('name', '')}"))
+
+
+def verified_table(data: dict[str, Any]) -> None:
+    rows = data.get("messages", [])
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("ID", "TO", "OUTCOME", "VERIFIED", "HOW"):
+        table.add_column(col, no_wrap=col != "HOW", overflow="fold")
+    for r in rows:
+        mark = Text("yes", style="green") if r.get("verified") else Text("no", style="yellow")
+        table.add_row(r["id"], f"{r['host']}:{r['target']}", r.get("outcome") or "pending", mark, r.get("verification") or "")
+    if rows:
+        out.print(table)
+    else:
+        out.print("nothing to verify: no recent delivered or queued message is unverified", style="dim")
 
 
 def messages_table(data: dict[str, Any]) -> None:

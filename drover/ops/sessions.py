@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from pydantic import Field
 
-from drover import limits
-from drover.errors import OUTCOME_EXIT, DroverError, EmptyText, ExitCode, TargetError
+from drover.errors import DroverError, ExitCode
 from drover.fleet import LOCAL
 from drover.ops.core import Context, Request, Result, op
 from drover.remote import protocol as P
@@ -27,21 +25,6 @@ class StatusRequest(Request):
     host: str = Field(LOCAL, description="the host the session is on")
     id: str = Field(..., description="pane id (%3), session:window.pane, or a unique name or prefix")
     tail: int = Field(8, ge=0, le=200, description="lines of the screen's tail to include")
-
-
-class MessageRequest(Request):
-    host: str = Field(LOCAL, description="the host the session is on")
-    id: str = Field(..., description="pane id (%3), session:window.pane, or a unique name or prefix")
-    text: str = Field(..., description="the message; wrapped in the cross-session envelope for agent engines")
-    actor: str | None = Field(None, description="who is sending (default: $DROVER_ACTOR, else user@host)")
-    via: Literal["auto", "inbox", "tmux"] = Field("auto", description="the lane: auto picks the best one the session has")
-    expect_engine: str | None = Field(None, description="refuse unless the pane runs this engine")
-    as_owner: bool = Field(
-        False, description="relay the owner's own words: declare the target's permission class (needs owner_relay)"
-    )
-    raw: bool = Field(
-        False, description="a pane that runs no agent may get the raw text, at a shell prompt only (else not_an_agent)"
-    )
 
 
 class WaitRequest(Request):
@@ -138,94 +121,6 @@ async def sessions_status(ctx: Context, req: StatusRequest) -> Result:
     data = await call_host(ctx, req.host, "status", {"target": req.id, "tail": req.tail})
     session = {"host": req.host, **data["session"]}
     return Result({"session": session, "warnings": data.get("warnings", [])})
-
-
-BRIEF = ("id", "server", "target", "name", "engine", "pid", "cwd")
-
-
-def _brief(outcome: dict[str, Any]) -> dict[str, Any]:
-    """The outcome as recorded: the receiving session named, not its whole description."""
-    session = outcome.get("session")
-    if isinstance(session, dict):
-        outcome = {**outcome, "session": {k: session[k] for k in BRIEF if k in session}}
-    return outcome
-
-
-def _exit_for(outcome: dict[str, Any]) -> int:
-    if outcome.get("error_class") == "target":
-        return ExitCode.TARGET
-    return int(OUTCOME_EXIT.get(outcome.get("outcome", P.FAILED), ExitCode.FAILED))
-
-
-@op("sessions.message", MessageRequest, "deliver text to one session, safely, with a record", "drover send")
-async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
-    if not req.text.strip():
-        raise EmptyText("the message text is empty", hint="give the text as an argument, or - to read it from stdin")
-    fleet = ctx.fleet
-    actor = ctx.who(req.actor)
-    lim = fleet.limits
-    options = {"via": req.via, "expect_engine": req.expect_engine, "as_owner": req.as_owner, "raw": req.raw}
-    owner_ok = req.as_owner and req.host in fleet.host_names() and fleet.host(req.host).owner_relay
-
-    def check(recent: list[dict[str, Any]]) -> dict[str, Any] | None:
-        if req.as_owner and not owner_ok:
-            return {
-                "outcome": P.REFUSED,
-                "code": P.OWNER_RELAY_OFF,
-                "detail": f"--as-owner is not allowed for {req.host}: set owner_relay = true under [hosts.{req.host}]",
-            }
-        return limits.check(lim, req.host, req.id, req.text, time.time(), recent)
-
-    # Write-ahead: the message has its id and its accepted event before anything touches a host.
-    msg_id, refusal = ctx.truth.accept(
-        actor=actor,
-        host=req.host,
-        target=req.id,
-        text=req.text,
-        options=options,
-        max_stored_chars=lim.max_chars,
-        check=check,
-        window_s=limits.window_s(lim),
-    )
-    outcome: dict[str, Any]
-    if refusal is not None:
-        outcome = {"outcome": P.REFUSED, "lane": None, **refusal}
-    else:
-        try:
-            args = {
-                "target": req.id,
-                "text": req.text,
-                "actor": actor,
-                "lane": req.via,
-                "expect_engine": req.expect_engine,
-                "settle_s": fleet.defaults.settle_s,
-                "receipt_wait_s": fleet.defaults.receipt_wait_s,
-                "as_owner": req.as_owner,
-                "raw": req.raw or req.id in fleet.host(req.host).raw,
-            }
-            outcome = _brief(await call_host(ctx, req.host, "deliver", args))
-        except DroverError as exc:
-            outcome = {
-                "outcome": P.FAILED,
-                "lane": None,
-                "code": exc.code,
-                "detail": exc.message + (f" ({exc.hint})" if exc.hint else ""),
-                "error_class": "target" if isinstance(exc, TargetError) else None,
-            }
-            if exc.code in P.INDETERMINATE:
-                # The request left; whether the paste happened is unknown. Never report it as delivered.
-                outcome["indeterminate"] = True
-                outcome["detail"] += "; the message may or may not have arrived: check with `drover status`"
-            if exc.details.get("candidates"):
-                outcome["candidates"] = exc.details["candidates"]
-        ctx.truth.outcome(msg_id, {k: v for k, v in outcome.items() if k != "error_class"})
-    data = {"id": msg_id, "host": req.host, "target": req.id, "actor": actor, **outcome}
-    data.pop("error_class", None)
-    exit_code = _exit_for(outcome)
-    errors = []
-    if exit_code != ExitCode.OK:
-        errors.append({"code": outcome.get("code") or outcome["outcome"], "message": outcome.get("detail", ""), "host": req.host})
-    return Result(data, errors, exit_code)
 
 
 @op(

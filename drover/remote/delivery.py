@@ -4,7 +4,7 @@ and what the text looks like when it leaves (neutralised, and enveloped for agen
 
 from typing import Any, Dict, Tuple
 
-from . import claude, inbox, tmux_lane
+from . import claude, inbox, tmux_lane, verify
 from . import protocol as P
 from .discovery import Profiles, Session, brief, find, pane_of, public
 from .protocol import HelperError
@@ -53,11 +53,27 @@ def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         if lane == "auto" and outcome.get("code") == P.SOCKET_MISSING and pane is not None:
             fallback = _paste(session, pane, body, actor, mode, args, profiles)
             fallback["detail"] = "no inbox socket, so by guarded paste: " + fallback["detail"]
-            return fallback
-        return outcome
+            return verified(session, fallback, args)
+        return verified(session, outcome, args)
     if pane is None:
         raise HelperError(P.BAD_LANE, "%s has no tmux pane to paste into" % brief(session))
-    return _paste(session, pane, body, actor, mode, args, profiles)
+    return verified(session, _paste(session, pane, body, actor, mode, args, profiles), args)
+
+
+def verified(session: Session, outcome: Dict[str, Any], args: Dict[str, Any]) -> Dict[str, Any]:
+    """Say how drover knows: `verified` only when the receiver's own record shows the message."""
+    if outcome.get("outcome") not in (P.DELIVERED, P.QUEUED):
+        return outcome
+    lane = outcome.get("lane") or "tmux"
+    if outcome["outcome"] == P.QUEUED:
+        seen = verify.find(session, args, lane)
+        if not seen["found"]:
+            seen = dict(seen, how="queued behind a turn: it reaches the record when the turn allows (drover verify)")
+    else:
+        seen = verify.wait_found(session, args, lane, float(args.get("verify_wait_s", 3.0)))
+    outcome["verified"] = bool(seen["found"])
+    outcome["verification"] = seen["how"]
+    return outcome
 
 
 def _paste(
@@ -87,7 +103,8 @@ def _paste(
     if rec is not None:
         status = lambda: (claude.record_now(rec) or {}).get("status")  # noqa: E731 - read at each look
     enveloped = _wants_envelope(pane, profiles)
-    payload = envelope(body, actor, mode) if enveloped else body
+    # drover's message id rides in the envelope (from-session), so the receiver's record can show it arrived.
+    payload = envelope(body, actor, mode, session=args.get("msg_id") or "") if enveloped else body
     outcome = tmux_lane.deliver(pane, payload, args, profiles, status)
     if outcome.get("outcome") in (P.DELIVERED, P.QUEUED):
         outcome["enveloped"] = enveloped

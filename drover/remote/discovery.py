@@ -128,5 +128,17 @@ def find(args: Dict[str, Any], profiles: Profiles, warnings: List[str]) -> Sessi
         raise
 
 
+def identity(session: Session) -> str:
+    """What a session is, however it was named: a Claude session's id, else its tmux server and pane."""
+    if "_record" in session:
+        return "claude:%s" % session["id"]
+    return "tmux:%s/%s" % (session["server"], session["id"])
+
+
+def pin(session: Session) -> str:
+    """A name that resolves to exactly this session and nothing else (for the request that delivers)."""
+    return session["id"] if "_record" in session else "%s/%s" % (session["server"], session["id"])
+
+
 def public(session: Session) -> Session:
     return {k: v for k, v in session.items() if not k.startswith("_") and k not in ("aliases", "socket")}

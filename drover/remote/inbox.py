@@ -178,7 +178,9 @@ def deliver(session: Dict[str, Any], content: Callable[[str], str], args: Dict[s
     """Send content(reply_address) -- the envelope, which names our reply socket -- and read the receipt."""
     rec = session["_record"]
     with ReplySocket(rec["messagingSocketPath"]) as reply:
-        msg_id = str(uuid.uuid4())
+        # The client picks the id and records it before sending, so a crash after this line leaves a message that
+        # `drover retry` can still look for in the transcript.
+        msg_id = str(args.get("receiver_msg_id") or uuid.uuid4())
         line = json.dumps(
             {
                 "msgV": 1,

@@ -95,6 +95,31 @@ def op_classify(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     return classify(args.get("screen", ""), profiles[engine])
 
 
+def op_resolve(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    """Which session the target names, and its identity: what limits count by and what a send is pinned to."""
+    from . import discovery
+
+    session = discovery.find(args, profiles, [])
+    return {"session": discovery.public(session), "identity": discovery.identity(session), "pin": discovery.pin(session)}
+
+
+def op_verify(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    """Is the message in the receiver's record, or sitting in its input box?  (for drover verify and retry)"""
+    from . import claude, discovery, verify
+
+    session = discovery.find(args, profiles, [])
+    seen = verify.find(session, args, args.get("lane") or "tmux")
+    seen["in_input"] = verify.in_input(session, args, profiles)
+    seen["session"] = discovery.public(session)
+    rec = session.get("_record")
+    if rec is not None:
+        now = claude.record_now(rec) or rec
+        seen["status"], seen["status_since"] = now.get("status"), now.get("statusUpdatedAt")
+    else:
+        seen["status"] = discovery.with_state(session, profiles).get("state")
+    return seen
+
+
 def _in(module: str, name: str) -> Callable[[Dict[str, Any], Profiles], Any]:
     """An op whose module is imported only when a request needs it: a cold start pays for what it uses."""
 
@@ -112,6 +137,8 @@ OPS: Dict[str, Callable[[Dict[str, Any], Profiles], Any]] = {
     "wait": _in("wait", "wait"),
     "read": op_read,
     "classify": op_classify,
+    "resolve": op_resolve,
+    "verify": op_verify,
 }
 
 

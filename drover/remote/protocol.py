@@ -88,6 +88,7 @@ MULTILINE_UNBRACKETED = "multiline_unbracketed"
 PASTE_NOT_SHOWN = "paste_not_shown"
 PANE_LOCKED = "pane_locked"
 WOULD_BE_HELD = "would_be_held"
+CANNOT_VERIFY = "cannot_verify"
 # Refusals by drover's limits and policy
 TOO_LARGE = "too_large"
 DUPLICATE = "duplicate"
@@ -131,6 +132,7 @@ PYTHON_TOO_OLD = "python_too_old"
 SHELL_FAILED = "shell_failed"
 HELPER_ERROR = "helper_error"
 REQUEST_TIMEOUT = "timeout"
+INTERRUPTED = "interrupted"
 # Timeouts of a wait
 WAIT_TIMEOUT = "wait_timeout"
 # The catch-all of a bug
@@ -180,6 +182,7 @@ CODES = {
     PASTE_NOT_SHOWN: REFUSAL,
     PANE_LOCKED: REFUSAL,
     WOULD_BE_HELD: REFUSAL,
+    CANNOT_VERIFY: REFUSAL,
     TOO_LARGE: REFUSAL,
     DUPLICATE: REFUSAL,
     RATE_LIMITED: REFUSAL,
@@ -218,13 +221,14 @@ CODES = {
     SHELL_FAILED: FAILURE,
     HELPER_ERROR: FAILURE,
     REQUEST_TIMEOUT: FAILURE,
+    INTERRUPTED: FAILURE,
     WAIT_TIMEOUT: TIMEOUT,
     INTERNAL_ERROR: INTERNAL,
 }
 
 # Failures after the request left: the host may have acted on it, so the message's fate is unknown and it is
 # never retried blindly.
-INDETERMINATE = frozenset([CONNECTION_LOST, REQUEST_TIMEOUT, PASTE_UNCERTAIN])
+INDETERMINATE = frozenset([CONNECTION_LOST, REQUEST_TIMEOUT, PASTE_UNCERTAIN, INTERRUPTED])
 
 # Claude Code's drop reasons (hyphenated on the wire) as drover's codes.
 DROP_REASONS = {

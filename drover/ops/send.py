@@ -1,0 +1,314 @@
+"""sessions.message, and finishing a message later: messages.verify and messages.retry.
+
+A send: resolve the target on its host (its identity: a Claude session id, or a tmux server and pane) -> the
+sender-side limits, counted by that identity -> the `accepted` event (write-ahead; it names the identity, the
+pinned name and the ids the receiver's record will show) -> deliver to exactly that session -> the outcome, with
+`verified` when the receiver's own record shows the message.  A crash anywhere leaves enough in the record for
+`drover retry` to look for the message before it sends it again: never twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import Field
+
+from drover import limits
+from drover.errors import OUTCOME_EXIT, DroverError, EmptyText, ExitCode, TargetError
+from drover.fleet import LOCAL
+from drover.ops.core import Context, Request, Result, op
+from drover.ops.sessions import call_host
+from drover.remote import protocol as P
+from drover.remote.faults import fault
+from drover.truth import Message
+
+
+class MessageRequest(Request):
+    host: str = Field(LOCAL, description="the host the session is on")
+    id: str = Field(..., description="pane id (%3), session:window.pane, or a unique name or prefix")
+    text: str = Field(..., description="the message; wrapped in the cross-session envelope for agent engines")
+    actor: str | None = Field(None, description="who is sending (default: $DROVER_ACTOR, else user@host)")
+    via: Literal["auto", "inbox", "tmux"] = Field("auto", description="the lane: auto picks the best one the session has")
+    expect_engine: str | None = Field(None, description="refuse unless the pane runs this engine")
+    as_owner: bool = Field(
+        False, description="relay the owner's own words: declare the target's permission class (needs owner_relay)"
+    )
+    raw: bool = Field(
+        False, description="a pane that runs no agent may get the raw text, at a shell prompt only (else not_an_agent)"
+    )
+
+
+class VerifyRequest(Request):
+    ids: list[str] | None = Field(None, description="message ids (default: the recent delivered or queued, unverified)")
+    limit: int = Field(20, ge=1, le=1000, description="without ids: how many recent messages to check")
+
+
+class RetryRequest(Request):
+    id: str = Field(..., description="the message id (msg_...) or a unique prefix")
+
+
+BRIEF = ("id", "server", "target", "name", "engine", "pid", "cwd")
+
+
+def _brief(outcome: dict[str, Any]) -> dict[str, Any]:
+    """The outcome as recorded: the receiving session named, not its whole description."""
+    session = outcome.get("session")
+    if isinstance(session, dict):
+        outcome = {**outcome, "session": {k: session[k] for k in BRIEF if k in session}}
+    return outcome
+
+
+def _exit_for(outcome: dict[str, Any]) -> int:
+    if outcome.get("error_class") == "target":
+        return ExitCode.TARGET
+    return int(OUTCOME_EXIT.get(outcome.get("outcome", P.FAILED), ExitCode.FAILED))
+
+
+def _failure(exc: DroverError, sent: bool) -> dict[str, Any]:
+    """A DroverError as an outcome.  `sent`: the request that delivers had left, so its fate may be unknown."""
+    outcome: dict[str, Any] = {
+        "outcome": P.FAILED,
+        "lane": None,
+        "code": exc.code,
+        "detail": exc.message + (f" ({exc.hint})" if exc.hint else ""),
+        "error_class": "target" if isinstance(exc, TargetError) else None,
+    }
+    if sent and exc.code in P.INDETERMINATE:
+        # The request left; whether the text arrived is unknown. Never report it as delivered, never retry blindly.
+        outcome["indeterminate"] = True
+        outcome["detail"] += "; the message may or may not have arrived: `drover retry ID` looks for it before resending"
+    if exc.details.get("candidates"):
+        outcome["candidates"] = exc.details["candidates"]
+    return outcome
+
+
+def _record(ctx: Context, msg_id: str, outcome: dict[str, Any]) -> dict[str, Any] | None:
+    return ctx.truth.outcome(msg_id, {k: v for k, v in outcome.items() if k != "error_class"})
+
+
+async def _deliver(ctx: Context, host: str, msg_id: str, text: str, actor: str, options: dict[str, Any]) -> dict[str, Any]:
+    """One delivery attempt to the pinned session; every failure becomes an outcome.  Ctrl-C records `interrupted`."""
+    fleet = ctx.fleet
+    args = {
+        "target": options["pin"],
+        "text": text,
+        "actor": actor,
+        "lane": options.get("via") or "auto",
+        "expect_engine": options.get("expect_engine"),
+        "settle_s": fleet.defaults.settle_s,
+        "receipt_wait_s": fleet.defaults.receipt_wait_s,
+        "as_owner": options.get("as_owner", False),
+        "raw": options.get("raw", False),
+        "msg_id": msg_id,
+        "receiver_msg_id": options.get("receiver_msg_id"),
+    }
+    try:
+        return _brief(await call_host(ctx, host, "deliver", args))
+    except DroverError as exc:
+        return _failure(exc, sent=True)
+    except asyncio.CancelledError:
+        # Ctrl-C (or the caller gave up) with the request out: say so in the record before exiting 130.
+        _record(ctx, msg_id, {"outcome": P.FAILED, "code": P.INTERRUPTED, "indeterminate": True, "detail": INTERRUPTED})
+        raise
+
+
+INTERRUPTED = "interrupted while the message was on its way: it may or may not have arrived (`drover retry ID` finds out)"
+
+
+def _result(ctx: Context, msg_id: str, base: dict[str, Any], outcome: dict[str, Any], host: str) -> Result:
+    warning = _record(ctx, msg_id, outcome) if "recorded" not in base else None
+    data = {"id": msg_id, **base, **outcome}
+    data.pop("error_class", None)
+    data.pop("recorded", None)
+    if warning:
+        data["warnings"] = [*data.get("warnings", []), warning]
+    exit_code = _exit_for(outcome)
+    errors = []
+    if exit_code != ExitCode.OK:
+        errors.append({"code": outcome.get("code") or outcome["outcome"], "message": outcome.get("detail", ""), "host": host})
+    return Result(data, errors, exit_code)
+
+
+@op("sessions.message", MessageRequest, "deliver text to one session, safely, with a record", "drover send")
+async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
+    if not req.text.strip():
+        raise EmptyText("the message text is empty", hint="give the text as an argument, or - to read it from stdin")
+    fleet = ctx.fleet
+    actor = ctx.who(req.actor)
+    lim = fleet.limits
+    options: dict[str, Any] = {"via": req.via, "expect_engine": req.expect_engine, "as_owner": req.as_owner, "raw": req.raw}
+    resolved: dict[str, Any] | None = None
+    unresolved: DroverError | None = None
+    try:
+        cfg = fleet.host(req.host)
+        options["raw"] = req.raw or req.id in cfg.raw
+        # Which session is it, really?  Limits count by identity, and the delivery is pinned to this one.
+        resolved = await call_host(ctx, req.host, "resolve", {"target": req.id})
+    except DroverError as exc:
+        unresolved, cfg = exc, None  # nothing was sent: recorded as provably failed below
+    if resolved is not None:
+        options.update(identity=resolved["identity"], pin=resolved["pin"], receiver_msg_id=str(uuid.uuid4()))
+    owner_ok = bool(req.as_owner and cfg is not None and cfg.owner_relay)
+
+    def check(recent: list[dict[str, Any]]) -> dict[str, Any] | None:
+        if unresolved is not None:
+            return None
+        if req.as_owner and not owner_ok:
+            return {
+                "outcome": P.REFUSED,
+                "code": P.OWNER_RELAY_OFF,
+                "detail": f"--as-owner is not allowed for {req.host}: set owner_relay = true under [hosts.{req.host}]",
+            }
+        return limits.check(lim, req.host, options.get("identity") or req.id, req.text, time.time(), recent)
+
+    fault("before_accept")
+    # Write-ahead: the message has its id and its accepted event before anything touches a session.
+    msg_id, refusal = ctx.truth.accept(
+        actor=actor,
+        host=req.host,
+        target=req.id,
+        text=req.text,
+        options=options,
+        max_stored_chars=lim.max_chars,
+        check=check,
+        window_s=limits.window_s(lim),
+    )
+    base = {"host": req.host, "target": req.id, "actor": actor}
+    if refusal is not None:
+        return _result(ctx, msg_id, {**base, "recorded": True}, {"outcome": P.REFUSED, "lane": None, **refusal}, req.host)
+    if unresolved is not None:
+        return _result(ctx, msg_id, base, _failure(unresolved, sent=False), req.host)
+    fault("after_accept")
+    outcome = await _deliver(ctx, req.host, msg_id, req.text, actor, options)
+    fault("before_outcome")
+    return _result(ctx, msg_id, base, outcome, req.host)
+
+
+# -- finishing a message later -----------------------------------------------------------------------------------
+
+
+def _one(ctx: Context, ref: str) -> Message:
+    hits, count, _stats = ctx.truth.find(ref)
+    if not hits:
+        raise TargetError(f"no message {ref!r} in {ctx.truth.path}", code=P.MESSAGE_NOT_FOUND, hint="`drover log` lists them")
+    if count > 1:
+        raise TargetError(f"{ref!r} is a prefix of {count} messages", code=P.AMBIGUOUS_MESSAGE, hint="give more of the id")
+    return hits[0]
+
+
+async def _look(ctx: Context, m: Message) -> dict[str, Any]:
+    """Ask the message's host whether its session's record shows it, and whether it sits in the input box."""
+    pin = m.options.get("pin")
+    if not pin:
+        raise TargetError(
+            f"{m.id} names no resolved session (it was refused or failed before one was found)", code=P.SESSION_NOT_FOUND
+        )
+    lane = m.lane or ("inbox" if m.options.get("via") == "inbox" else "tmux")
+    args = {"target": pin, "lane": lane, "msg_id": m.id, "receiver_msg_id": m.options.get("receiver_msg_id"), "since": m.ts}
+    seen = await call_host(ctx, m.host, "verify", args)
+    seen["lane"] = lane
+    return dict(seen)
+
+
+def _verified_outcome(m: Message, seen: dict[str, Any], why: str) -> dict[str, Any]:
+    return {
+        "outcome": P.DELIVERED,
+        "lane": seen["lane"],
+        "detail": why,
+        "verified": True,
+        "verification": seen["how"],
+        "session": _brief({"session": seen.get("session")}).get("session"),
+    }
+
+
+@op("messages.verify", VerifyRequest, "look for messages in their receivers' own records; record the ones found", "drover verify")
+async def messages_verify(ctx: Context, req: VerifyRequest) -> Result:
+    if req.ids:
+        todo = [_one(ctx, ref) for ref in req.ids]
+    else:
+        recent = ctx.truth.query(limit=max(req.limit * 5, 50)).messages
+        todo = [m for m in recent if m.outcome in (P.DELIVERED, P.QUEUED) and not m.verified][-req.limit :]
+    rows: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    for m in todo:
+        row: dict[str, Any] = {"id": m.id, "host": m.host, "target": m.target, "outcome": m.outcome}
+        if m.verified:
+            row.update(verified=True, verification=m.verification)
+        else:
+            try:
+                seen = await _look(ctx, m)
+            except DroverError as exc:
+                row.update(verified=False, verification=exc.message)
+                errors.append({**exc.to_dict(), "id": m.id})
+            else:
+                row.update(verified=bool(seen["found"]), verification=seen["how"])
+                if seen["found"]:
+                    _record(ctx, m.id, _verified_outcome(m, seen, "found in the receiver's record by drover verify"))
+                    row["outcome"] = P.DELIVERED
+        rows.append(row)
+    unverified = [r for r in rows if not r["verified"]]
+    return Result({"messages": rows, "unverified": len(unverified)}, errors, ExitCode.OK if not errors else ExitCode.PARTIAL)
+
+
+@op("messages.retry", RetryRequest, "finish a pending, failed or uncertain message: exactly once, never twice", "drover retry")
+async def messages_retry(ctx: Context, req: RetryRequest) -> Result:
+    m = _one(ctx, req.id)
+    base = {"host": m.host, "target": m.target, "actor": m.actor, "retry": True}
+    if m.outcome in (P.DELIVERED, P.QUEUED) and m.verified:
+        done = {
+            "outcome": m.outcome,
+            "lane": m.lane,
+            "detail": "already in the receiver's record: nothing to do",
+            "verified": True,
+        }
+        return _result(ctx, m.id, {**base, "recorded": True}, done, m.host)
+    if len(m.text) < m.text_chars:
+        raise DroverError(f"{m.id} was stored without its whole text (it was refused as too large): nothing to retry")
+    seen = await _look(ctx, m)
+    if seen["found"]:
+        return _result(
+            ctx,
+            m.id,
+            base,
+            _verified_outcome(m, seen, "it had arrived after all (found in the receiver's record): not sent again"),
+            m.host,
+        )
+    if seen.get("in_input"):
+        stuck = {
+            "outcome": P.REFUSED,
+            "lane": seen["lane"],
+            "code": P.DRAFT_IN_INPUT,
+            "detail": "the text sits unsent in the session's input box: drover will not send it again (submit or clear it)",
+        }
+        return _result(ctx, m.id, base, stuck, m.host)
+    provably_unsent = (m.outcome == P.REFUSED and not m.pasted) or (m.outcome == P.FAILED and not m.indeterminate)
+    if seen["found"] is None and not provably_unsent:
+        unknown = {
+            "outcome": P.REFUSED,
+            "lane": seen["lane"],
+            "code": P.CANNOT_VERIFY,
+            "detail": f"drover cannot prove it did not arrive ({seen['how']}), so it will not risk sending it twice",
+        }
+        return _result(ctx, m.id, base, unknown, m.host)
+    if seen["found"] is False and not _settled(seen):
+        busy = {
+            "outcome": P.REFUSED,
+            "lane": seen["lane"],
+            "code": P.BUSY,
+            "detail": f"the session is {seen.get('status')}: a message queued in it may still arrive; retry when it is idle",
+        }
+        return _result(ctx, m.id, base, busy, m.host)
+    outcome = await _deliver(ctx, m.host, m.id, m.text, m.actor, m.options)
+    outcome["attempt"] = "retry"
+    return _result(ctx, m.id, base, outcome, m.host)
+
+
+def _settled(seen: dict[str, Any]) -> bool:
+    """Idle long enough that nothing queued in the session is still on its way into its record."""
+    if seen.get("status") != "idle":
+        return False
+    since = seen.get("status_since")
+    return not isinstance(since, (int, float)) or time.time() - since / 1000.0 > 2.0

@@ -1,0 +1,105 @@
+"""Did it arrive?  Looked up in the receiver's own record, never assumed from silence or a paste.
+
+- Claude Code: its transcript -- a peer record whose origin.msg_id is the id drover sent (inbox lane), or a turn
+  whose text carries drover's message id (tmux lane: the envelope's from-session attribute).
+- Codex: its rollouts under $CODEX_HOME/sessions written since the message was accepted, carrying drover's id.
+- drover's demo agent: the log it keeps of what it received (its --log file).
+- Anything else: no record drover can read, so arrival cannot be verified (and absence cannot be proven).
+
+Also whether the text sits unsent in the pane's input box, which a retry must know before it sends again.
+"""
+
+import glob
+import os
+import time
+from typing import Any, Dict, Iterable, List, Optional
+
+from . import claude, procs
+from .discovery import Profiles, Session, pane_of
+from .protocol import HelperError
+from .screen import classify
+from .tmux import capture
+from .transcripts import codex_home
+
+# Transcripts can be large: scan at most this much of each file's end (messages being verified are recent).
+TAIL_BYTES = 8 << 20
+
+
+def _contains(paths: Iterable[str], needles: List[str], since: float = 0.0) -> Optional[str]:
+    """The first file (modified since `since`) whose tail holds any needle."""
+    wanted = [n.encode("utf-8") for n in needles if n]
+    for path in paths:
+        try:
+            if since and os.path.getmtime(path) < since - 5:
+                continue
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - TAIL_BYTES))
+                data = f.read()
+        except OSError:
+            continue
+        if any(n in data for n in wanted):
+            return path
+    return None
+
+
+def records_of(session: Session) -> Optional[List[str]]:
+    """The files where this session's engine records what it received, or None if drover reads none for it."""
+    engine = session["engine"]
+    if engine == "claude" and "_record" in session:
+        return claude.transcripts(session["_record"]["sessionId"])
+    if engine == "codex":
+        return glob.glob(os.path.join(codex_home(), "sessions", "**", "rollout-*.jsonl"), recursive=True)
+    if engine == "demo":
+        argv = procs.argv_of(int(session.get("engine_pid") or 0)) or []
+        if "--log" in argv and argv.index("--log") + 1 < len(argv):
+            return [argv[argv.index("--log") + 1]]
+    return None
+
+
+def needles(args: Dict[str, Any], lane: str) -> List[str]:
+    """What marks this message in a record: Claude's inbox keeps the msg_id drover gave the line (a UUID); every
+    other record keeps the text, whose envelope names drover's own message id (msg_ + time + 40 random bits)."""
+    if lane == "inbox":
+        return [args["receiver_msg_id"]] if args.get("receiver_msg_id") else []
+    return [args["msg_id"]] if args.get("msg_id") else []
+
+
+def find(session: Session, args: Dict[str, Any], lane: str) -> Dict[str, Any]:
+    """{"found": True | False | None, "how": words}: None when the engine keeps no record drover can read."""
+    paths = records_of(session)
+    if paths is None:
+        return {"found": None, "how": "%s keeps no record drover can read" % session["engine"]}
+    marks = needles(args, lane)
+    if not marks:
+        return {"found": None, "how": "the message carries no id to look for (a raw text)"}
+    hit = _contains(paths, marks, float(args.get("since") or 0))
+    if hit:
+        return {"found": True, "how": "seen in the receiver's record %s" % hit, "record": hit}
+    return {"found": False, "how": "not in the receiver's record (%d file(s) looked at)" % len(paths)}
+
+
+def wait_found(session: Session, args: Dict[str, Any], lane: str, seconds: float) -> Dict[str, Any]:
+    """find(), again and again for up to `seconds`: a receiver writes its record a moment after it takes a message."""
+    deadline = time.monotonic() + seconds
+    while True:
+        seen = find(session, args, lane)
+        if seen["found"] is not False or time.monotonic() >= deadline:
+            return seen
+        time.sleep(0.1)
+
+
+def in_input(session: Session, args: Dict[str, Any], profiles: Profiles) -> Optional[bool]:
+    """Does the pane's input box hold this message, pasted but never submitted?  None: no pane or no input box."""
+    pane = pane_of(session)
+    if pane is None or pane.get("dead"):
+        return None
+    try:
+        screen = capture(pane["socket"], pane["id"])
+    except HelperError:
+        return None
+    text = classify(screen, profiles[pane["engine"]]).get("input")
+    if text is None:
+        return None
+    mark = args.get("msg_id") or ""
+    return "<cross-session-message" in text or bool(mark and mark in screen)
