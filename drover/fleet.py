@@ -58,11 +58,22 @@ class EngineProfile(_Strict):
     default_state: Literal["idle", "unknown"] | None = None
     queues_when_busy: bool | None = None
     envelope: bool | None = None
+    input: str | None = None
+    input_above: str | None = None
+    input_end: str | None = None
+    placeholder: list[str] | None = None
+    empty_footer: str | None = None
+    paste_marker: list[str] | None = None
+    live_above: int | None = Field(None, ge=0, le=50)
+    submit_when_busy: Literal["Enter", "Tab"] | None = None
+    submit_delay_s: float | None = Field(None, ge=0, le=10)
 
-    @field_validator("scripts", "dialog", "busy", "idle")
+    @field_validator(
+        "scripts", "dialog", "busy", "idle", "placeholder", "paste_marker", "input", "input_above", "input_end", "empty_footer"
+    )
     @classmethod
-    def _regexes(cls, value: list[str] | None) -> list[str] | None:
-        for pattern in value or []:
+    def _regexes(cls, value: list[str] | str | None) -> list[str] | str | None:
+        for pattern in [value] if isinstance(value, str) else value or []:
             try:
                 re.compile(pattern)
             except re.error as exc:

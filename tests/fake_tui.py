@@ -47,7 +47,8 @@ def main() -> None:
                     break
                 log.write(data)
                 log.flush()
-                typed += data
+                # Enter submits: the input box empties, as in the real programs.
+                typed = b"" if b"\r" in data else typed + data
                 draw()
         finally:
             termios.tcsetattr(0, termios.TCSANOW, old)

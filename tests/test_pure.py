@@ -97,6 +97,7 @@ PINNED_CODES = {
         "inbox_timeout",
         "interrupted",
         "no_tmux",
+        "not_submitted",
         "paste_uncertain",
         "protocol",
         "python_missing",

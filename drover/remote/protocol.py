@@ -133,6 +133,7 @@ SHELL_FAILED = "shell_failed"
 HELPER_ERROR = "helper_error"
 REQUEST_TIMEOUT = "timeout"
 INTERRUPTED = "interrupted"
+NOT_SUBMITTED = "not_submitted"
 # Timeouts of a wait
 WAIT_TIMEOUT = "wait_timeout"
 # The catch-all of a bug
@@ -222,6 +223,7 @@ CODES = {
     HELPER_ERROR: FAILURE,
     REQUEST_TIMEOUT: FAILURE,
     INTERRUPTED: FAILURE,
+    NOT_SUBMITTED: FAILURE,
     WAIT_TIMEOUT: TIMEOUT,
     INTERNAL_ERROR: INTERNAL,
 }

@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from . import procs
 from . import protocol as P
 from .discovery import Profiles, Session, public
+from .faults import fault
 from .protocol import HelperError
 from .screen import classify, lines_of, paste_allowed
 from .tmux import capture, pane_flags, tmux
@@ -236,8 +237,19 @@ def _deliver_locked(session: Session, payload: str, args: Dict[str, Any], profil
             refused.update(pasted=True, left_in_input=True)
             refused["detail"] += "; the text sits unsent in the input box, and drover sends nothing more here until it is cleared"
             return refused
-        key = "Enter" if state == "idle" else profiles[engine].get("submit_when_busy") or "Enter"
+        fault("after_paste")
+        profile = profiles[engine]
+        # Some engines take an Enter that follows a paste too closely as a newline (gemini-cli under tmux).
+        time.sleep(float(profile.get("submit_delay_s") or 0))
+        key = "Enter" if state == "idle" else profile.get("submit_when_busy") or "Enter"
         tmux(socket, ["send-keys", "-t", pane_id, key])
+        fault("after_enter")
+        if engine != "shell" and not _submitted(session, payload, profiles, float(args.get("submit_wait_s", 3.0))):
+            detail = (
+                "%s was pressed but the text is still in the input box: it was not submitted, and drover sends nothing "
+                "more here until it is cleared" % key
+            )
+            return dict(refusal(P.NOT_SUBMITTED, detail, session), outcome=P.FAILED, pasted=True, left_in_input=True)
     except HelperError as exc:
         # The text is in the pane; whether Enter went is unknown. Say so, never "delivered".
         return {
@@ -258,6 +270,18 @@ def _deliver_locked(session: Session, payload: str, args: Dict[str, Any], profil
         "chars": len(payload),
         "session": public(session),
     }
+
+
+def _submitted(session: Session, payload: str, profiles: Profiles, seconds: float) -> bool:
+    """After Enter: has the input box let go of the text?  (A delivery drover did not see is not a delivery.)"""
+    deadline = time.monotonic() + seconds
+    while True:
+        seen = classify(capture(session["socket"], session["id"]), profiles[session["engine"]], pasted=payload)
+        if seen.get("input") is None or not seen.get("shows_paste"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def _second_look(session: Session, payload: str, profiles: Profiles, status: Any) -> Optional[Outcome]:
