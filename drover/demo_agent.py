@@ -78,7 +78,10 @@ class Agent:
                 lines.append(" › " + msg.replace("\n", " ⏎ ")[: cols - 5])
             while len(lines) < rows - 5:
                 lines.append("")
-            preview = self.buf.replace("\n", " ⏎ ")[: cols - 4]  # the start, as a wrapping input box shows it
+            preview = self.buf.replace("\n", " ⏎ ")
+            if len(preview) > cols - 4:  # the start and the end, as input boxes show a long text
+                keep = (cols - 7) // 2
+                preview = preview[:keep] + " … " + preview[-keep:]
             lines += [rule, "❯ " + preview, rule]
             if self.busy():
                 lines.append("  ✻ Working… (esc to interrupt)")

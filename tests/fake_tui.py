@@ -33,7 +33,8 @@ def main() -> None:
         if box is not None and typed:
             text = typed.replace(b"\x1b[200~", b"").replace(b"\x1b[201~", b"").decode("utf-8", "replace")
             prefix = shown[box][:2] if shown[box].startswith(("❯", "›")) else " > "
-            shown[box] = prefix + text.split("\n")[0][:150]
+            flat = text.replace("\n", " ⏎ ")
+            shown[box] = prefix + (flat if len(flat) <= 150 else flat[:70] + " … " + flat[-70:])
         os.write(1, b"\x1b[?2004h\x1b[H\x1b[2J" + "\r\n".join(shown).encode("utf-8"))
 
     draw()

@@ -17,7 +17,7 @@ ACTOR = "tester"
 
 
 def send(session: Any, text: str, **extra: Any) -> Any:
-    return drover.run("sessions.message", {"id": session.name, "text": text, **extra}, actor=ACTOR)
+    return drover.run("sessions.message", {"id": session.name, "text": text} | extra, actor=ACTOR)
 
 
 def user_turns(session: Any) -> list[str]:
@@ -113,3 +113,21 @@ def test_wait_on_a_claude_session_killed_mid_wait_returns_at_once(claude_lab: An
     data = res.json()["data"]
     assert data["state"] == "exited" and data["waited_s"] < 30
     assert json.loads(res.out)["errors"][0]["code"] == "session_exited"
+
+
+def test_parity_holds_for_the_equals_form_of_the_permission_flag(claude_lab: Any) -> None:
+    s = claude_lab.start("parity-eq", flags="--permission-mode=bypassPermissions")
+    s.lab.tmux("send-keys", "-t", s.pane, "C-c")  # one Ctrl-C replaces the footer that names the mode
+    wait_for(lambda: "Ctrl-C again" in s.screen() or "bypass" not in s.screen(), timeout=10, what="the footer replaced")
+    doc = send(s, "plain relay", via="tmux")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "would_be_held"), doc.data
+    assert "command line" in doc.data["detail"] or "screen" in doc.data["detail"]
+
+
+def test_a_pane_named_like_a_claude_session_id_prefix_does_not_take_its_messages(claude_lab: Any, tmux: Any) -> None:
+    s = claude_lab.start("real-c")
+    impostor = tmux.agent(s.session_id[:8])
+    doc = send(s, "secret for the claude session", id=s.session_id[:8])
+    assert (doc.data["outcome"], doc.data["code"]) == ("failed", "ambiguous_session"), doc.data
+    assert doc.exit_code == 6
+    stays(lambda: impostor.messages() == [] and s.peer_messages() == [], 1, "nobody getting it")

@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -121,15 +122,20 @@ def test_concurrent_processes_do_not_merge_either(tmux: Tmux) -> None:
     import subprocess
 
     pane = tmux.agent("procs")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "drover", "send", pane.address, f"from process {i}", "--actor", f"p{i}"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**os.environ},
+    # Each with its own $XDG_RUNTIME_DIR and $TMPDIR, as a cron job and a desktop login would have: they must
+    # still take turns on the pane.
+    procs = []
+    for i in range(4):
+        runtime = Path(tempfile.mkdtemp(prefix=f"drr{i}-"))
+        env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "TMPDIR": str(runtime)}
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "drover", "send", pane.address, f"from process {i}", "--actor", f"p{i}"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+            )
         )
-        for i in range(4)
-    ]
     codes = [p.wait(timeout=120) for p in procs]
     assert codes == [0, 0, 0, 0], [p.stderr.read() for p in procs if p.stderr]
     got = wait_for(lambda: pane.messages() if len(pane.messages()) == 4 else None, timeout=30)
@@ -245,3 +251,80 @@ def test_wait_on_a_pane_that_dies_returns_at_once(tmux: Tmux, cli: Any) -> None:
     res = cli("wait", f"local:{pane.address}", "--until", "idle", "--timeout", "60")
     assert res.code == 6, res.err
     assert res.err.count("drover:") == 1 and "will not be idle" in res.err
+
+
+# -- found by a stranger trying to break it ------------------------------------------------------------------------
+
+
+def _agent_in_shell(tmux: Tmux, isolated: Path, name: str) -> tuple[Any, Path]:
+    pane = shell_pane(tmux, name)
+    log = isolated / f"{name}.jsonl"
+    pane.tmux("send-keys", "-t", pane.id, f"{sys.executable} -m drover.demo_agent --log {log} --name {name}", "Enter")
+    wait_for(lambda: "idle · paste" in pane.screen(), what="the agent")
+    pane.log = log
+    return pane, log
+
+
+def test_an_agent_stopped_with_its_shell_in_front_gets_nothing(tmux: Tmux, isolated: Path) -> None:
+    pane, log = _agent_in_shell(tmux, isolated, "stopped")
+    marker = isolated / "PWNED"
+    start = next(json.loads(line) for line in log.read_text().splitlines() if '"start"' in line)
+    os.kill(int(start["pid"]), signal.SIGSTOP)  # Ctrl-Z, in effect: bash takes the terminal back
+    try:
+        wait_for(lambda: "Stopped" in pane.screen(), what="bash reporting the stopped job")
+        doc = send(pane.address, f"touch {marker}")
+        assert (doc.data["outcome"], doc.data["code"]) == ("refused", "not_foreground"), doc.data
+        assert "bash has the keyboard" in doc.data["detail"]
+        stays(lambda: not marker.exists(), 0.5, what="bash running nothing")
+        assert "touch" not in pane.screen()
+    finally:
+        os.kill(int(start["pid"]), signal.SIGKILL)
+
+
+def test_raw_into_a_repl_sharing_the_shells_process_group_is_refused(tmux: Tmux, isolated: Path) -> None:
+    marker = isolated / "PWNED_repl"
+    pane = tmux.start("repl", f"sh -c '{sys.executable} -q; exec bash --norc'")
+    wait_for(lambda: ">>>" in pane.screen(), what="the python prompt")
+    doc = send(pane.address, f"open('{marker}', 'w').write('x')", raw=True)
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "not_at_prompt"), doc.data
+    stays(lambda: not marker.exists(), what="python running nothing")
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "touch /tmp/drover-ps2-\\",  # a continuation prompt ("> ") after a half-typed command
+        "echo HUMAN-DRAFT >",  # a person's draft whose last character looks like a prompt
+        "read -p 'Enter passphrase> ' x",  # a question that ends like a prompt
+    ],
+)
+def test_raw_is_refused_at_anything_but_a_bare_prompt(tmux: Tmux, isolated: Path, typed: str) -> None:
+    pane = shell_pane(tmux, "strict")
+    pane.tmux("send-keys", "-t", pane.id, "-l", typed)
+    if typed.startswith(("touch", "read")):
+        pane.tmux("send-keys", "-t", pane.id, "Enter")
+    wait_for(lambda: pane.screen().strip(), what="the shell's line")
+    marker = isolated / "ran"
+    doc = send(pane.address, f"touch {marker}", raw=True)
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "not_at_prompt"), doc.data
+    stays(lambda: not marker.exists(), what="nothing run")
+
+
+def test_multi_line_raw_text_is_refused_even_in_bash(tmux: Tmux, isolated: Path) -> None:
+    victim = isolated / "victim"
+    victim.write_text("x")
+    pane = shell_pane(tmux, "bashml")
+    doc = send(pane.address, f"rm -i {victim}\ny", raw=True)
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "multiline_unbracketed"), doc.data
+    stays(victim.exists, what="the file kept")
+
+
+def test_wait_notices_an_agent_inside_a_shell_exiting(tmux: Tmux, isolated: Path, cli: Any) -> None:
+    pane, log = _agent_in_shell(tmux, isolated, "insider")
+    start = next(json.loads(line) for line in log.read_text().splitlines() if '"start"' in line)
+    os.kill(int(start["pid"]), signal.SIGUSR2)  # busy
+    wait_for(lambda: "esc to interrupt" in pane.screen())
+    threading.Timer(1.0, lambda: os.kill(int(start["pid"]), signal.SIGKILL)).start()
+    res = cli("wait", f"local:{pane.address}", "--until", "idle", "--timeout", "60", "--json")
+    assert res.code == 6, res.out + res.err
+    assert res.json()["data"]["state"] == "exited"

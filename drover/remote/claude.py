@@ -176,8 +176,29 @@ def _argv_mode(pid: int) -> Optional[str]:
         return None
     if "--dangerously-skip-permissions" in argv:
         return "bypassPermissions"
-    if "--permission-mode" in argv and argv.index("--permission-mode") + 1 < len(argv):
-        return argv[argv.index("--permission-mode") + 1]
+    for i, arg in enumerate(argv):
+        if arg == "--permission-mode" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--permission-mode="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _settings_mode(cwd: str) -> Optional[str]:
+    """permissions.defaultMode from the settings a session starts with: the project's, then the user's."""
+    for path in (
+        os.path.join(cwd, ".claude", "settings.local.json"),
+        os.path.join(cwd, ".claude", "settings.json"),
+        os.path.join(claude_dir(), "settings.json"),
+    ):
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            continue
+        mode = data.get("permissions", {}).get("defaultMode") if isinstance(data, dict) else None
+        if isinstance(mode, str):
+            return mode
     return None
 
 
@@ -194,6 +215,7 @@ def permission_class(session: Dict[str, Any]) -> Tuple[str, Optional[str], Optio
         ("transcript", lambda: _transcript_mode(rec["sessionId"]) if rec is not None else None),
         ("screen", lambda: _screen_mode(pane)),
         ("command line", lambda: _argv_mode(session["engine_pid"])),
+        ("settings", lambda: _settings_mode(session.get("cwd") or "")),
     )
     for source, finder in finders:
         mode = finder()

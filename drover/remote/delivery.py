@@ -105,6 +105,8 @@ def _paste(
     enveloped = _wants_envelope(pane, profiles)
     # drover's message id rides in the envelope (from-session), so the receiver's record can show it arrived.
     payload = envelope(body, actor, mode, session=args.get("msg_id") or "") if enveloped else body
+    if pane["engine"] == "shell":
+        payload = payload.replace("\t", "\u2409")  # a Tab at a shell prompt completes file names: shown, not pressed
     outcome = tmux_lane.deliver(pane, payload, args, profiles, status)
     if outcome.get("outcome") in (P.DELIVERED, P.QUEUED):
         outcome["enveloped"] = enveloped

@@ -104,8 +104,13 @@ def resolve(target: str, sessions: List[Session]) -> Session:
         ("matches", lambda s: target == s["name"]),
         ("is a prefix of", lambda s: s["name"].startswith(target) or s["id"].startswith(target)),
     )
-    for how, match in tiers:
+    for tier, (how, match) in enumerate(tiers):
         hits = [s for s in sessions if match(s)]
+        if tier == 1 and len(hits) == 1 and len(target) >= 6:
+            # A pane named like a prefix of a Claude session's id (what `drover ls` shows) must not take its mail.
+            shadowed = [s for s in sessions if s is not hits[0] and "_record" in s and s["id"].startswith(target)]
+            hits += shadowed
+            how = "names one session and is an id prefix of another: " + how if shadowed else how
         if len(hits) == 1:
             return hits[0]
         if hits:

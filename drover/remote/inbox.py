@@ -143,8 +143,9 @@ def send_line(rec: Dict[str, Any], line: str) -> Optional[Dict[str, Any]]:
     except FileNotFoundError:
         return {"outcome": P.FAILED, "code": P.SOCKET_MISSING, "detail": "the inbox socket %s does not exist" % path}
     except socketlib.timeout:
-        detail = "the inbox at %s did not read the message within 5s" % path
-        return {"outcome": P.FAILED, "code": P.INBOX_TIMEOUT, "detail": detail}
+        # It may have read it and be slow to hang up (a session stopped with Ctrl-Z reads it when resumed).
+        detail = "the inbox at %s did not finish reading the message within 5s: it may still arrive" % path
+        return {"outcome": P.FAILED, "code": P.INBOX_TIMEOUT, "detail": detail, "indeterminate": True}
     except OSError as exc:
         return {"outcome": P.FAILED, "code": P.INBOX_ERROR, "detail": "cannot write to the inbox at %s: %s" % (path, exc)}
     finally:

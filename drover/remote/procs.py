@@ -105,3 +105,34 @@ def argv_of(pid: int) -> Optional[List[str]]:
             return [a.decode("utf-8", "replace") for a in f.read().split(b"\0")]
     except OSError:
         return None
+
+
+def stat_fields(pid: int) -> Optional[List[str]]:
+    """The fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, session, tty_nr, tpgid, ..."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            return f.read().decode("utf-8", "replace").rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+
+
+def foreground(pid: int) -> Optional[Tuple[int, int, str]]:
+    """(the process's own group, its terminal's foreground group, its state letter), or None if it is gone."""
+    fields = stat_fields(pid)
+    if fields is None or len(fields) < 6:
+        return None
+    return int(fields[2]), int(fields[5]), fields[0]
+
+
+def group_members(pgrp: int) -> List[Tuple[int, str]]:
+    """(pid, command name) of every process in a process group."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = stat_fields(int(name))
+        if fields is None or len(fields) < 3 or int(fields[2]) != pgrp:
+            continue
+        argv = argv_of(int(name)) or [""]
+        out.append((int(name), os.path.basename(argv[0]) if argv[0] else "?"))
+    return out

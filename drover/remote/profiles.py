@@ -17,8 +17,9 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         "input": r"^❯(?:[ \u00a0](?!\d+\.\s)(.*))?$",
         "input_above": r"^\s*─{3,}",
         "input_end": r"^\s*─{3,}",
+        "input_end_last": True,
         "placeholder": [r'^Try "[^"]*"$'],
-        "paste_marker": [r"\[Pasted text #\d+"],
+        "paste_marker": [r"\[Pasted text #\d+( \+\d+ lines)?\]"],
         "live_above": 0,
         # A `❯` cursor on a choice line, or any of the footers Claude draws under a menu: Enter here answers it.
         "dialog": [
@@ -46,10 +47,12 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         "scripts": [r"@openai/codex/"],
         # The composer: the last `›` line at column 0 (earlier ones are history; `› 1. Yes` is a choice).
         "input": r"^›(?:[ \u00a0](?!\d+\.\s)(.*))?$",
+        # The composer's lines go down to the blank line above its status line.
+        "input_end": r"^\s*$",
         "placeholder": [r"^Ask Codex to do anything$", r"^Ask a follow-up question$"],
         # Any draft, even one that reads like the placeholder, takes `? for shortcuts` off the footer.
         "empty_footer": r"\? for shortcuts",
-        "paste_marker": [r"^\[Pasted Content \d+ chars\]"],
+        "paste_marker": [r"\[Pasted Content \d+ chars\]"],
         "live_above": 2,
         # Enter while a turn runs makes Codex drop its in-flight request and answer both; Tab queues the message
         # as its own turn after this one (measured on 0.169).
@@ -83,7 +86,7 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         "input": r"^ ?[>*!] (.*)$",
         "input_end": r"^(▀{3,}|\s*$|\s*workspace \(/directory\))",
         "placeholder": [r"^Type your message or @path/to/file$"],
-        "paste_marker": [r"\[Pasted Text: \d+ (lines|chars)"],
+        "paste_marker": [r"\[Pasted Text: \d+ (lines|chars)\]"],
         "live_above": 5,
         "dialog": [
             r"Do you trust the files in this folder\?",
@@ -114,6 +117,7 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         "input": r"^❯(?:[ \u00a0](?!\d+\.\s)(.*))?$",
         "input_above": r"^\s*─{3,}",
         "input_end": r"^\s*─{3,}",
+        "input_end_last": True,
         "live_above": 0,
         "dialog": [r"Do you want to proceed\?", r"Enter to confirm"],
         "busy": [r"esc to interrupt"],
@@ -165,6 +169,7 @@ PROFILE_KEYS = {
     "empty_footer": str,
     "submit_when_busy": str,
     "submit_delay_s": float,
+    "input_end_last": bool,
     "input_above": str,
     "input_end": str,
     "placeholder": list,

@@ -89,6 +89,7 @@ PASTE_NOT_SHOWN = "paste_not_shown"
 PANE_LOCKED = "pane_locked"
 WOULD_BE_HELD = "would_be_held"
 CANNOT_VERIFY = "cannot_verify"
+NOT_FOREGROUND = "not_foreground"
 # Refusals by drover's limits and policy
 TOO_LARGE = "too_large"
 DUPLICATE = "duplicate"
@@ -184,6 +185,7 @@ CODES = {
     PANE_LOCKED: REFUSAL,
     WOULD_BE_HELD: REFUSAL,
     CANNOT_VERIFY: REFUSAL,
+    NOT_FOREGROUND: REFUSAL,
     TOO_LARGE: REFUSAL,
     DUPLICATE: REFUSAL,
     RATE_LIMITED: REFUSAL,

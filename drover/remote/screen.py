@@ -42,12 +42,13 @@ def find_input(lines: List[str], profile: Profile) -> Optional[Tuple[int, int, s
         if above and (i == 0 or not re.search(above, lines[i - 1])):
             continue
         end = i + 1
-        text = [(m.group(1) or "").strip()]
         closing = profile.get("input_end")
         if closing:
-            while end < len(lines) and not re.search(closing, lines[end]):
-                text.append(lines[end].strip())
-                end += 1
+            # The box ends at the last closing line below it, not the first: a line of the text itself may look
+            # like the box's edge (a pasted `─────`), the footer below the box never does.
+            ends = [j for j in range(i + 1, len(lines)) if re.search(closing, lines[j])]
+            end = ends[-1] if ends and profile.get("input_end_last") else (ends[0] if ends else len(lines))
+        text = [(m.group(1) or "").strip()] + [line.strip() for line in lines[i + 1 : end]]
         return i, end, "\n".join(t for t in text if t)
     return None
 
@@ -119,13 +120,24 @@ def _classify_flat(lines: List[str], profile: Profile) -> Dict[str, Any]:
     return {"state": "unknown", "reason": "screen not recognised: no idle prompt, no busy or dialog marker", "input": None}
 
 
+def _squeeze(text: str) -> str:
+    """Text as an input box may show it: wrapped, newlines drawn as ⏎, long middles elided with …"""
+    return re.sub(r"[\s⏎]+", "", text)
+
+
 def shows_paste(text: str, pasted: str, profile: Profile) -> bool:
-    """Does the input box hold what was pasted?  Its start, as the box wraps it, or the engine's own marker for a
-    long paste ("[Pasted text #1 +50 lines]")."""
-    if any(re.search(p, text) for p in profile.get("paste_marker", [])):
+    """Does the input box hold what was pasted, and nothing else?  Its start and its end (a person typing right
+    after the paste landed adds to the end), or -- all of it -- the engine's own marker for a long paste
+    ("[Pasted text #1 +50 lines]")."""
+    if any(re.fullmatch(p, text.strip()) for p in profile.get("paste_marker", [])):
         return True
-    head = re.sub(r"\s+", "", pasted)[:20]
-    return bool(head) and re.sub(r"\s+", "", text).startswith(head)
+    box, want = _squeeze(text), _squeeze(pasted)
+    if not want:
+        return False
+    if box == want:
+        return True
+    edge = min(20, len(want))
+    return len(box) >= 2 * edge and box.startswith(want[:edge]) and box.endswith(want[-edge:])
 
 
 def paste_allowed(seen: Dict[str, Any], profile: Profile) -> bool:

@@ -38,11 +38,23 @@ def neutralise(text: str) -> str:
     return "".join(out)
 
 
+# Letters that look like the tag's letters without being them (Cyrillic, Greek, small capitals, dotless i): a model
+# reads `<сross-session-message` (Cyrillic с) as the tag, so drover disarms it as one.
+LOOKALIKES = dict(
+    zip(
+        "асеорухкіјѕԁԛԝһӏвмнтαεικνορτυχϳβζημνυ"
+        "ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘʀꜱᴛᴜᴠᴡʏᴢıɩ",
+        "aceopyxkijsdqwhlbmhtaeikvoptuxjbzhmny"
+        "abcdefghijklmnoprstuvwyzii",
+    )
+)
+
+
 def _letters(text: str) -> List[tuple]:
-    """(index, letter) for every character of text that reads as an ASCII letter (NFKC, case-folded)."""
+    """(index, letter) for every character of text that reads as an ASCII letter (NFKC, case-folded, lookalikes)."""
     out = []
     for i, ch in enumerate(text):
-        folded = unicodedata.normalize("NFKC", ch).casefold()
+        folded = unicodedata.normalize("NFKC", LOOKALIKES.get(ch.lower(), ch)).casefold()
         for letter in folded:
             if "a" <= letter <= "z":
                 out.append((i, letter))

@@ -40,7 +40,8 @@ def servers() -> List[str]:
     try:
         for name in sorted(os.listdir(base)):
             path = os.path.join(base, name)
-            if path not in paths:
+            # One server however its path is spelt ($TMUX through a symlinked directory): listed once.
+            if os.path.realpath(path) not in [os.path.realpath(p) for p in paths]:
                 paths.append(path)
     except OSError:
         pass
@@ -111,6 +112,7 @@ def capture(socket: str, pane_id: str) -> str:
 def pane_flags(socket: str, pane_id: str) -> Pane:
     out = tmux(socket, ["display-message", "-p", "-t", pane_id, FORMAT]).rstrip("\n")
     parts = out.split(SEP)
-    if len(parts) != len(FIELDS):
+    # tmux 3.3 answers display-message for a pane that no longer exists with exit 0 and empty fields.
+    if len(parts) != len(FIELDS) or parts[0] != pane_id:
         raise HelperError(PANE_GONE, "pane %s is gone" % pane_id)
     return dict(zip(FIELDS, parts))

@@ -11,6 +11,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import re
 import time
 import uuid
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -24,12 +25,12 @@ from .screen import classify, lines_of, paste_allowed
 from .tmux import capture, pane_flags, tmux
 
 Outcome = Dict[str, Any]
-# A shell's prompt ends in one of these (PS1 as most people keep it); `read -p "Continue? "` does not.
-PROMPT_END = ("$", "#", "%", ">", "❯", "»", "➜", "λ")
+# A shell prompt with nothing typed after it, as most people keep PS1: `$ `, `user@host:~/src$ `,
+# `[user@host src]$ `, `(venv) dev@box ~ % `.  Not a continuation `> `, a `read -p "Deploy? "` question, nor a
+# prompt with a person's half-typed command after it (the text after the prompt has spaces; a PS1 here has none
+# outside brackets and a leading (venv)).
+PROMPT = re.compile(r"^(\([^)]*\) )?(\[[^\]]*\]|[^\s\[\]])*( ~[^\s]*)? ?[$#%❯»➜λ] ?$")
 SHELLS = {"bash", "zsh", "sh", "dash", "ash", "ksh", "mksh", "fish", "tcsh", "csh"}
-# Shells that ask for bracketed paste by default (bash >= 5.1, zsh >= 5.1, fish >= 3): only there can a
-# multi-line text arrive as one paste instead of one command per line.
-BRACKETED = {"bash", "zsh", "fish"}
 
 
 def refusal(code: str, detail: str, session: Session, state: str = "") -> Outcome:
@@ -42,25 +43,17 @@ def refusal(code: str, detail: str, session: Session, state: str = "") -> Outcom
 # -- one sender at a time -------------------------------------------------------------------------------------
 
 
-def lock_dir() -> str:
-    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
-    path = os.path.join(base, "drover-%d" % os.getuid())
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    st = os.lstat(path)
-    if st.st_uid != os.getuid() or (st.st_mode & 0o077):
-        raise HelperError(P.TMUX_ERROR, "%s is not a private directory of this user: refusing to lock panes there" % path)
-    return path
-
-
 class PaneLock:
-    """An exclusive lock on one pane of one tmux server, so two senders never interleave a paste and an Enter."""
+    """An exclusive lock on one pane of one tmux server, so two senders never interleave a paste and an Enter.
+
+    The lock file lives beside the tmux server's own socket (tmux keeps that directory private to the user), and is
+    named for the socket's real path: every sender to that pane meets there, whatever its environment
+    ($XDG_RUNTIME_DIR, $TMPDIR) and however it spelt the socket."""
 
     def __init__(self, socket: str, pane_id: str, timeout: float) -> None:
-        name = hashlib.sha256(("%s\0%s" % (socket, pane_id)).encode()).hexdigest()[:32]
-        self.path = os.path.join(lock_dir(), "pane-%s.lock" % name)
+        real = os.path.realpath(socket)
+        name = hashlib.sha256(("%s\0%s" % (real, pane_id)).encode()).hexdigest()[:32]
+        self.path = os.path.join(os.path.dirname(real), ".drover-pane-%s.lock" % name)
         self.timeout = timeout
         self.fd = -1
 
@@ -86,14 +79,12 @@ class PaneLock:
 
 
 def _foreground_is_shell(pane_pid: int) -> bool:
-    """Is the pane's shell itself in the foreground of its terminal (not less, rm -i, vim, python...)?"""
-    try:
-        with open("/proc/%d/stat" % pane_pid, "rb") as f:
-            rest = f.read().decode("utf-8", "replace").rsplit(")", 1)[-1].split()
-    except OSError:
+    """Is the pane's shell itself -- and nothing else -- in the foreground of its terminal?  Not less, rm -i, vim,
+    and not a python3 REPL that a `sh -c 'python3; exec bash'` runs in the shell's own process group."""
+    fg = procs.foreground(pane_pid)
+    if fg is None or fg[0] != fg[1] or fg[2] == "T":
         return False
-    # state ppid pgrp session tty_nr tpgid: the terminal's foreground group is the shell's own group.
-    return len(rest) > 5 and rest[5] == rest[2]
+    return [pid for pid, _name in procs.group_members(fg[1])] == [pane_pid]
 
 
 def check_shell(session: Session, flags: Dict[str, str], screen: str, text: str, profile: Dict[str, Any]) -> Optional[Outcome]:
@@ -109,10 +100,13 @@ def check_shell(session: Session, flags: Dict[str, str], screen: str, text: str,
         return refusal(P.DIALOG, "refused: the shell is asking something: %s" % seen["reason"], session, "dialog")
     nonempty = [line for line in lines_of(screen) if line.strip()]
     last = nonempty[-1].rstrip() if nonempty else ""
-    if not last.endswith(PROMPT_END):
-        return refusal(P.NOT_AT_PROMPT, "the last line %r is not a shell prompt (a read -p question?)" % last[-60:], session)
-    if "\n" in text.strip("\n") and command not in BRACKETED:
-        detail = "%s does not ask for bracketed paste, so each line of a multi-line text would run as it lands" % command
+    if not PROMPT.match(last):
+        detail = "the last line %r is not a bare shell prompt (a read -p question, a continuation, or a person's draft?)"
+        return refusal(P.NOT_AT_PROMPT, detail % last[-60:], session)
+    if "\n" in text.strip("\n"):
+        # Whether the shell asked for bracketed paste cannot be read from tmux 3.3, and bash before 5.1 or a
+        # `set -o vi` in command mode takes each line (or the text itself) as keys: one line, or nothing.
+        detail = "multi-line text into a shell could run line by line as it lands (%s): send one line" % command
         return refusal(P.MULTILINE_UNBRACKETED, detail, session)
     return None
 
@@ -133,10 +127,21 @@ def check_pane(
         return refusal(P.COPY_MODE, "the pane is in copy mode: a paste would go to tmux, not the program", session), "", {}
     if flags["pane_input_off"] == "1":
         return refusal(P.INPUT_OFF, "input to the pane is turned off (select-pane -d)", session), "", {}
-    engine, _pid = procs.detect_engine(int(flags["pane_pid"] or 0), procs.proc_table(), profiles)
+    engine, engine_pid = procs.detect_engine(int(flags["pane_pid"] or 0), procs.proc_table(), profiles)
     if engine != expect:
         detail = "the pane now runs %s, not the %s that was resolved" % (engine, expect)
         return refusal(P.ENGINE_CHANGED, detail, session), "", {}
+    if engine != "shell":
+        # The agent must own the terminal: stopped with Ctrl-Z or in the background, its shell would read the keys.
+        fg = procs.foreground(engine_pid)
+        if fg is None or fg[0] != fg[1] or fg[2] == "T":
+            holder = procs.group_members(fg[1]) if fg else []
+            detail = "the %s process (pid %d) is stopped or not in the foreground of its terminal%s" % (
+                engine,
+                engine_pid,
+                ": %s has the keyboard" % holder[0][1] if holder else "",
+            )
+            return refusal(P.NOT_FOREGROUND, detail, session), "", {}
     screen = capture(socket, pane_id)
     seen = classify(screen, profiles[expect], pasted)
     seen["flags"] = flags
@@ -230,17 +235,18 @@ def _deliver_locked(session: Session, payload: str, args: Dict[str, Any], profil
                 tmux(socket, ["delete-buffer", "-b", buffer])
             except HelperError:
                 pass
+    profile = profiles[engine]
     try:
         _settle(socket, pane_id, before, float(args.get("settle_s", 3.0)) + len(payload) / 200000.0)
-        refused = _second_look(session, payload, profiles, status)
+        # Some engines take an Enter that follows a paste too closely as a newline (gemini-cli under tmux): wait
+        # here, before the last look, so that nothing but a tmux call stands between that look and Enter.
+        time.sleep(float(profile.get("submit_delay_s") or 0))
+        refused = _second_look(session, payload, profiles, status, before)
         if refused is not None:
             refused.update(pasted=True, left_in_input=True)
             refused["detail"] += "; the text sits unsent in the input box, and drover sends nothing more here until it is cleared"
             return refused
         fault("after_paste")
-        profile = profiles[engine]
-        # Some engines take an Enter that follows a paste too closely as a newline (gemini-cli under tmux).
-        time.sleep(float(profile.get("submit_delay_s") or 0))
         key = "Enter" if state == "idle" else profile.get("submit_when_busy") or "Enter"
         tmux(socket, ["send-keys", "-t", pane_id, key])
         fault("after_enter")
@@ -284,7 +290,7 @@ def _submitted(session: Session, payload: str, profiles: Profiles, seconds: floa
         time.sleep(0.05)
 
 
-def _second_look(session: Session, payload: str, profiles: Profiles, status: Any) -> Optional[Outcome]:
+def _second_look(session: Session, payload: str, profiles: Profiles, status: Any, before: str) -> Optional[Outcome]:
     """Before Enter: the input box must show what was pasted, and nothing apart from it may have become a dialog.
 
     The pasted text itself is never searched for dialog words (it may quote them); only the screen around it is.
@@ -297,10 +303,14 @@ def _second_look(session: Session, payload: str, profiles: Profiles, status: Any
         detail = "a dialog appeared while the text was landing (%s): Enter was not sent" % seen["reason"]
         return refusal(P.DIALOG_AFTER_PASTE, detail, session, "dialog")
     if engine == "shell":
-        nonempty = [line for line in lines_of(after) if line.strip()]
-        last = nonempty[-1] if nonempty else ""
-        if classify(last, profiles[engine])["state"] == "dialog":
-            return refusal(P.DIALOG_AFTER_PASTE, "the shell started asking something: %r" % last[-60:], session, "dialog")
+        # The prompt line must now read: the prompt it showed before, then exactly the pasted text.
+        prompt = [line for line in lines_of(before) if line.strip()][-1:]
+        now = [line for line in lines_of(after) if line.strip()][-1:]
+        typed = now[0][len(prompt[0]) :].strip() if prompt and now and now[0].startswith(prompt[0]) else None
+        if typed != payload.strip():
+            shown = now[0][-60:] if now else ""
+            detail = "after the paste the prompt line reads %r, not the prompt followed by the text: Enter was not sent"
+            return refusal(P.PASTE_NOT_SHOWN, detail % shown, session)
         return None
     if seen.get("input") is None or not seen.get("shows_paste"):
         detail = "after the paste the input box does not show the text (%s): Enter was not sent" % seen["reason"]

@@ -6,7 +6,7 @@ Either way the waiting happens here, on the host -- never as a loop of requests 
 import time
 from typing import Any, Dict
 
-from . import claude, inbox
+from . import claude, inbox, procs
 from . import protocol as P
 from .discovery import Profiles, Session, brief, find, pane_of, public
 from .protocol import HelperError
@@ -57,6 +57,10 @@ def wait_pane(session: Session, until: str, timeout: float, profiles: Profiles) 
             return {"reached": until == "exited", "state": "exited", "how": "the pane is gone"}
         if flags["pane_dead"] == "1":
             return {"reached": until == "exited", "state": "exited", "how": "the pane's program exited"}
+        engine, _pid = procs.detect_engine(int(flags["pane_pid"] or 0), procs.proc_table(), profiles)
+        if engine != session["engine"]:
+            # The agent ran inside a shell and has exited: its shell is back, the session is over.
+            return {"reached": until == "exited", "state": "exited", "how": "the %s in the pane exited" % session["engine"]}
         if until == "idle":
             state = classify(capture(session["socket"], session["id"]), profiles[session["engine"]])["state"]
             if state == "idle":
