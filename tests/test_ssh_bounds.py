@@ -107,17 +107,90 @@ def test_a_remote_rc_file_that_sleeps_is_bounded_by_the_request_timeout(sshfleet
         subprocess.run(["pkill", "-KILL", "-u", user, "sleep"], capture_output=True)
 
 
-def test_a_send_to_a_host_that_never_answers_is_indeterminate_not_failed(sshfleet: SSHFleet) -> None:
+def test_a_send_to_a_host_that_never_answers_is_indeterminate_not_failed(sshfleet: SSHFleet, isolated: Path) -> None:
+    """The host answers which session it is (resolve), then takes the delivery and never answers: drover cannot
+    know whether the text arrived, so the outcome is failed + indeterminate -- and a host that never answered
+    the resolve is plainly failed, since nothing was sent."""
     _need_root()
     user = sshfleet.shell_user("bash")
-    rc = _rc(user, "kill -STOP $PPID\n")
+    home = Path(pwd.getpwnam(user).pw_dir)
+    (home / ".drover-seen").unlink(missing_ok=True)
+    rc = _rc(user, "if [ -e ~/.drover-seen ]; then kill -STOP $PPID; fi; touch ~/.drover-seen\n")
+    # A pane of that user's own (what it runs does not matter: the delivery never gets an answer).
+    subprocess.run(
+        ["su", "-s", "/bin/sh", user, "-c", "env -u TMUX_TMPDIR -u TMUX tmux new-session -d -s target sleep 600"],
+        check=True,
+        timeout=10,
+    )
     try:
         _fleet_with(sshfleet, user)
-        code, doc, _err = _drover(sshfleet, "send", "stuck:%0", "are you there?")
+        code, doc, _err = _drover(sshfleet, "send", "stuck:target", "are you there?")
         data = doc["data"]
         assert (data["outcome"], data.get("indeterminate")) == ("failed", True), data
         assert code == 5
+        (home / ".drover-seen").unlink(missing_ok=True)
+        for pid in _stopped_sessions(user):
+            os.kill(pid, signal.SIGKILL)
+        rc.write_text("kill -STOP $PPID\n")
+        code, doc, _err = _drover(sshfleet, "send", "stuck:target", "and now?")
+        assert (doc["data"]["outcome"], doc["data"].get("indeterminate")) == ("failed", None), doc["data"]
     finally:
         rc.unlink()
         for pid in _stopped_sessions(user):
             os.kill(pid, signal.SIGKILL)
+        subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
+
+
+def test_a_job_an_rc_file_leaves_in_the_background_does_not_hold_the_answer(sshfleet: SSHFleet) -> None:
+    """The job keeps the channel open long after the helper answered: drover reads the framed answer and goes."""
+    _need_root()
+    user = sshfleet.shell_user("bash")
+    rc = _rc(user, "sleep 30 &\n")
+    try:
+        _fleet_with(sshfleet, user)
+        code, doc, err = _drover(sshfleet, "ls", "--host", "stuck")
+        assert code == 0, (doc, err)
+        assert doc["data"]["hosts"] == [{"host": "stuck", "ok": True, "sessions": 0}]
+    finally:
+        rc.unlink()
+        subprocess.run(["pkill", "-KILL", "-u", user, "sleep"], capture_output=True)
+
+
+def test_an_rc_file_that_fakes_drovers_framing_does_not_replace_the_answer(sshfleet: SSHFleet) -> None:
+    _need_root()
+    user = sshfleet.shell_user("bash")
+    rc = _rc(user, 'printf "\\036drover-answer 2\\n{}\\n\\036drover-answer x\\n"\n')
+    try:
+        _fleet_with(sshfleet, user)
+        code, doc, err = _drover(sshfleet, "ls", "--host", "stuck")
+        assert code == 0, (doc, err)
+        assert "login shell printed" in " ".join(w["message"] for w in doc["data"]["warnings"])
+    finally:
+        rc.unlink()
+
+
+@pytest.mark.parametrize(
+    ("rc_text", "code"),
+    [("exit 1\n", "shell_failed"), ("echo banner >&2; exit 2\n", "shell_failed"), ("read x\n", "shell_failed")],
+)
+def test_a_login_shell_that_does_not_run_the_helper_is_named(sshfleet: SSHFleet, rc_text: str, code: str) -> None:
+    _need_root()
+    user = sshfleet.shell_user("bash")
+    rc = _rc(user, rc_text)
+    try:
+        _fleet_with(sshfleet, user)
+        _code, doc, _err = _drover(sshfleet, "fleet", "check", "--host", "stuck")
+        row = doc["data"]["hosts"][0]
+        assert (row["reachable"], row["auth"], row["shell"], row["error"]["code"]) == (True, True, False, code), row
+    finally:
+        rc.unlink()
+
+
+def test_a_python_missing_under_tcsh_is_named_so(sshfleet: SSHFleet) -> None:
+    _need_root()
+    user = sshfleet.shell_user("tcsh")
+    toml = sshfleet.fleet_toml(f'[hosts.tc]\nssh = "h2"\nuser = "{user}"\npython = "python9"\n')
+    sshfleet.fleet_file.write_text(toml, encoding="utf-8")  # type: ignore[attr-defined]
+    _code, doc, _err = _drover(sshfleet, "fleet", "check", "--host", "tc")
+    row = doc["data"]["hosts"][0]
+    assert (row["shell"], row["python"], row["error"]["code"]) == (True, False, "python_missing"), row

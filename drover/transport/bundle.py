@@ -98,11 +98,14 @@ def bundle_hash() -> str:
     return build()[1]
 
 
-SAFE_WORD = re.compile(r"^[A-Za-z0-9_./+-]+$")
+# A leading ~/ is expanded by every one of those shells when it is not quoted, which it is not here.
+SAFE_WORD = re.compile(r"^(~/)?[A-Za-z0-9_./+-]+$")
 
 
 def command(python: str) -> str:
     """The one-line command sshd hands to the login shell.  `python` must need no quoting in any shell."""
     if not SAFE_WORD.match(python):
-        raise ValueError(f"python = {python!r}: only letters, digits and _ . / + - are allowed in the interpreter's path")
+        raise ValueError(
+            f"python = {python!r}: only letters, digits and _ . / + - (and a leading ~/) are allowed in the interpreter's path"
+        )
     return f"exec {python} -E -s -c '{BOOTSTRAP}'"

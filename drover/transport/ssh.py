@@ -20,6 +20,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -133,19 +134,33 @@ async def bounded(work: Awaitable[T], seconds: float, on_timeout: Callable[[], N
 
 
 def read_answer(stdout: bytes) -> tuple[dict[str, Any] | None, bytes]:
-    """(the framed answer, the noise before it): login-shell output can precede the answer but not corrupt it."""
-    at = stdout.find(P.ANSWER_MARK)
-    if at < 0:
-        return None, stdout
-    head, _, rest = stdout[at + len(P.ANSWER_MARK) :].partition(b"\n")
-    try:
-        length = int(head)
-        answer = json.loads(rest[:length])
-    except ValueError:
-        return None, stdout[:at]
-    if len(rest) < length or not isinstance(answer, dict):
-        return None, stdout[:at]
-    return answer, stdout[:at]
+    """(the framed answer, the noise before it): login-shell output can precede the answer but not corrupt it.
+
+    The helper's answer is the last complete frame that is a helper answer; anything an rc file printed that
+    merely looks like a frame comes before it and is noise."""
+    at = len(stdout)
+    while True:
+        at = stdout.rfind(P.ANSWER_MARK, 0, at)
+        if at < 0:
+            return None, stdout
+        head, _, rest = stdout[at + len(P.ANSWER_MARK) :].partition(b"\n")
+        try:
+            length = int(head)
+            answer = json.loads(rest[:length]) if len(rest) >= length else None
+        except ValueError:
+            answer = None
+        if isinstance(answer, dict) and "helper" in answer and "ok" in answer:
+            return answer, stdout[:at]
+
+
+@dataclass
+class Ran:
+    """What came back from the remote command."""
+
+    stdout: bytes
+    stderr: bytes
+    status: int | None
+    signalled: bool
 
 
 class SSHTransport:
@@ -248,11 +263,10 @@ class SSHTransport:
             raise TransportError(
                 f"the SSH connection was lost during {op}: {exc}", host=self.host, code=P.CONNECTION_LOST
             ) from None
-        stdout = result.stdout if isinstance(result.stdout, bytes) else b""
-        stderr = result.stderr.decode("utf-8", "replace").strip() if isinstance(result.stderr, bytes) else ""
+        stdout, stderr = result.stdout, result.stderr.decode("utf-8", "replace").strip()
         answer, noise = read_answer(stdout)
         if answer is None:
-            raise self._no_answer(op, result.exit_status, result.exit_signal is not None, stdout, stderr)
+            raise self._no_answer(op, result.status, result.signalled, stdout, stderr)
         if noise:
             self.warnings.append(f"the login shell printed {len(noise)} bytes before the helper's answer: {noise[:120]!r}")
         if answer.get("helper") != P.PROTOCOL:
@@ -276,7 +290,10 @@ class SSHTransport:
         """Why there is no answer: each step that can fail before the helper speaks, named."""
         python = self.cfg.python
         last = stderr.splitlines()[-1] if stderr else ""
-        if status == P.EXIT_NOT_FOUND:
+        missing = status == P.EXIT_NOT_FOUND or (
+            status != 0 and python.split("/")[-1] in stderr and ("not found" in stderr or "No such file" in stderr)
+        )
+        if missing:  # sh/bash/zsh/fish exit 127; tcsh says "python9: Command not found." and exits 1
             return TransportError(
                 f"{python!r} was not found on the host",
                 host=self.host,
@@ -290,14 +307,19 @@ class SSHTransport:
             self._conn = None if status is None else self._conn
             detail = last or f"exit status {status}" + (", killed by a signal" if signal else "")
             return TransportError(f"the helper died during {op}: {detail}", host=self.host, code=P.CONNECTION_LOST)
-        if status != 0 and not stdout and last:
-            # The connection and the login worked; the login shell could not run the command (a broken rc file, a
-            # shell that parses it differently).  Say so: this is not "unreachable".
+        if "Traceback" in stderr and "invalid literal for int()" not in stderr:
+            return TransportError(f"the helper crashed during {op}: {last}", host=self.host, code=P.HELPER_ERROR)
+        if status != 0:
+            # The connection and the login worked; the login shell did not run the helper (a failing rc file, a
+            # shell that parses the command differently, an account with no shell).  That is not "unreachable".
+            why = last or "no message"
+            if "invalid literal for int()" in stderr:
+                why = "its input was consumed before it started: does a login rc file read stdin?"
             return TransportError(
-                f"the login shell on the host could not start the helper (exit {status}): {last}",
+                f"the login shell on the host did not start the helper (exit {status}): {why}",
                 host=self.host,
                 code=P.SHELL_FAILED,
-                hint="check the login shell and its rc files for non-interactive use (ssh HOST true)",
+                hint="check the account's login shell and its rc files for non-interactive use (ssh HOST true)",
             )
         return TransportError(
             f"the helper's answer to {op} is missing or cut short (exit {status}): {stdout[-200:]!r} {last[-200:]}",
@@ -306,8 +328,10 @@ class SSHTransport:
         )
 
     @staticmethod
-    async def _run(conn: asyncssh.SSHClientConnection, command: str, stdin: bytes) -> asyncssh.SSHCompletedProcess:
-        """Run the command with stdin; a remote that exits before reading it all (no python there) still has a say."""
+    async def _run(conn: asyncssh.SSHClientConnection, command: str, stdin: bytes) -> Ran:
+        """Run the command with stdin and read until the framed answer is complete -- not until the channel closes:
+        a job an rc file left in the background can hold the channel open long after the helper answered.  A
+        remote that exits before reading all its input (no python there) still has its say through the exit status."""
         # Nor an X11 display (ForwardX11 yes): the helper needs neither, and a forwarded one is a way back in.
         async with conn.create_process(command, encoding=None, x11_forwarding=False) as process:
             try:
@@ -315,7 +339,18 @@ class SSHTransport:
                 process.stdin.write_eof()
             except (BrokenPipeError, ConnectionResetError, asyncssh.Error):
                 pass  # the process is gone already: its exit status tells why
-            return await process.wait(check=False)
+            out = b""
+            while True:
+                chunk = await process.stdout.read(1 << 16)
+                if not chunk:
+                    break
+                out += chunk
+                if P.ANSWER_MARK in out and read_answer(out)[0] is not None:
+                    process.close()
+                    return Ran(out, b"", 0, False)
+            done = await process.wait(check=False)
+            err = done.stderr if isinstance(done.stderr, bytes) else b""
+            return Ran(out, err, done.exit_status, done.exit_signal is not None)
 
     def abort(self) -> None:
         """Drop the connection at once: a host that stopped answering would never finish a polite close."""
