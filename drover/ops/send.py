@@ -104,6 +104,7 @@ async def _deliver(ctx: Context, host: str, msg_id: str, text: str, actor: str, 
         "raw": options.get("raw", False),
         "msg_id": msg_id,
         "receiver_msg_id": options.get("receiver_msg_id"),
+        "finish": options.get("finish", False),
     }
     try:
         return _brief(await call_host(ctx, host, "deliver", args))
@@ -268,6 +269,10 @@ async def messages_retry(ctx: Context, req: RetryRequest) -> Result:
     if len(m.text) < m.text_chars:
         raise DroverError(f"{m.id} was stored without its whole text (it was refused as too large): nothing to retry")
     seen = await _look(ctx, m)
+    deadline = time.monotonic() + SETTLE_WAIT_S
+    while seen["found"] is False and seen.get("status") == "idle" and not _settled(seen, m) and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)  # just went idle: give anything queued in it the moment it takes to reach the record
+        seen = await _look(ctx, m)
     if seen["found"]:
         return _result(
             ctx,
@@ -277,13 +282,10 @@ async def messages_retry(ctx: Context, req: RetryRequest) -> Result:
             m.host,
         )
     if seen.get("in_input"):
-        stuck = {
-            "outcome": P.REFUSED,
-            "lane": seen["lane"],
-            "code": P.DRAFT_IN_INPUT,
-            "detail": "the text sits unsent in the session's input box: drover will not send it again (submit or clear it)",
-        }
-        return _result(ctx, m.id, base, stuck, m.host)
+        # Pasted, never submitted (the sender died before Enter): submit that very text, if the box holds exactly it.
+        finished = await _deliver(ctx, m.host, m.id, m.text, m.actor, {**m.options, "finish": True})
+        finished["attempt"] = "finish"
+        return _result(ctx, m.id, base, finished, m.host)
     provably_unsent = (m.outcome == P.REFUSED and not m.pasted) or (m.outcome == P.FAILED and not m.indeterminate)
     if seen["found"] is None and not provably_unsent:
         unknown = {
@@ -293,7 +295,7 @@ async def messages_retry(ctx: Context, req: RetryRequest) -> Result:
             "detail": f"drover cannot prove it did not arrive ({seen['how']}), so it will not risk sending it twice",
         }
         return _result(ctx, m.id, base, unknown, m.host)
-    if seen["found"] is False and not _settled(seen):
+    if seen["found"] is False and not _settled(seen, m):
         busy = {
             "outcome": P.REFUSED,
             "lane": seen["lane"],
@@ -306,9 +308,16 @@ async def messages_retry(ctx: Context, req: RetryRequest) -> Result:
     return _result(ctx, m.id, base, outcome, m.host)
 
 
-def _settled(seen: dict[str, Any]) -> bool:
-    """Idle long enough that nothing queued in the session is still on its way into its record."""
-    if seen.get("status") != "idle":
+SETTLE_WAIT_S = 10.0
+# An idle Claude session takes a message from its inbox into a turn, and so into its transcript, within about a
+# second; drover allows five before it believes a message that is not there never came.
+ARRIVAL_S = 5.0
+
+
+def _settled(seen: dict[str, Any], m: Message) -> bool:
+    """Idle long enough, and long enough after the message was accepted, that nothing sent to the session can
+    still be on its way into its record."""
+    if seen.get("status") != "idle" or time.time() - m.ts < ARRIVAL_S:
         return False
     since = seen.get("status_since")
     return not isinstance(since, (int, float)) or time.time() - since / 1000.0 > 2.0

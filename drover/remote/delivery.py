@@ -45,6 +45,10 @@ def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     body = neutralise(text)
     pane = pane_of(session)
 
+    if args.get("finish"):
+        if pane is None:
+            raise HelperError(P.BAD_LANE, "%s has no pane whose input box could hold the message" % brief(session))
+        return verified(session, _paste(session, pane, body, actor, mode, args, profiles), args)
     if lane == "inbox" or (lane == "auto" and "inbox" in session["lanes"]):
         if "inbox" not in session["lanes"]:
             raise HelperError(P.BAD_LANE, "%s has no inbox (only Claude Code sessions do); use --via tmux" % brief(session))
@@ -107,7 +111,10 @@ def _paste(
     payload = envelope(body, actor, mode, session=args.get("msg_id") or "") if enveloped else body
     if pane["engine"] == "shell":
         payload = payload.replace("\t", "\u2409")  # a Tab at a shell prompt completes file names: shown, not pressed
-    outcome = tmux_lane.deliver(pane, payload, args, profiles, status)
+    if args.get("finish"):
+        outcome = tmux_lane.finish(pane, payload, args, profiles, status)
+    else:
+        outcome = tmux_lane.deliver(pane, payload, args, profiles, status)
     if outcome.get("outcome") in (P.DELIVERED, P.QUEUED):
         outcome["enveloped"] = enveloped
     if enveloped:

@@ -15,6 +15,7 @@ import uuid
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import protocol as P
+from .faults import fault
 from .protocol import HelperError
 
 # Claude Code drops a line over this many characters -- JavaScript's characters, UTF-16 code units: an emoji
@@ -205,6 +206,7 @@ def deliver(session: Dict[str, Any], content: Callable[[str], str], args: Dict[s
         failed = send_line(rec, line)
         if failed is not None:
             return dict(base, **failed)
+        fault("after_inbox_send")
         wait = float(args.get("receipt_wait_s", 1.5))
         receipt = reply.wait_for(lambda m: m.get("action") == "peer_message_status" and m.get("orig_msg_id") == msg_id, wait)
     state = session["state"]

@@ -42,10 +42,8 @@ def neutralise(text: str) -> str:
 # reads `<сross-session-message` (Cyrillic с) as the tag, so drover disarms it as one.
 LOOKALIKES = dict(
     zip(
-        "асеорухкіјѕԁԛԝһӏвмнтαεικνορτυχϳβζημνυ"
-        "ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘʀꜱᴛᴜᴠᴡʏᴢıɩ",
-        "aceopyxkijsdqwhlbmhtaeikvoptuxjbzhmny"
-        "abcdefghijklmnoprstuvwyzii",
+        "асеорухкіјѕԁԛԝһӏвмнтαεικνορτυχϳβζημνυᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘʀꜱᴛᴜᴠᴡʏᴢıɩ",
+        "aceopyxkijsdqwhlbmhtaeikvoptuxjbzhmnyabcdefghijklmnoprstuvwyzii",
     )
 )
 

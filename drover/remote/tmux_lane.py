@@ -203,6 +203,32 @@ def deliver(session: Session, payload: str, args: Dict[str, Any], profiles: Prof
         return _deliver_locked(session, payload, args, profiles, status)
 
 
+def finish(session: Session, payload: str, args: Dict[str, Any], profiles: Profiles, status: Any = None) -> Outcome:
+    """Submit this very message if it sits, pasted and never submitted, in the input box (a sender that died between
+    the paste and Enter): the box must hold exactly it, under the same looks as any Enter.  For drover retry."""
+    lock = PaneLock(session["socket"], session["id"], float(args.get("lock_wait_s", 20.0)))
+    with lock as held:
+        if not held:
+            return refusal(P.PANE_LOCKED, "another sender holds this pane", session)
+        refused = _second_look(session, payload, profiles, status, "")
+        if refused is not None:
+            refused["detail"] = "the input box does not hold exactly this message (%s): not submitted" % refused["detail"]
+            refused["code"] = P.DRAFT_IN_INPUT
+            return refused
+        state = check_pane(session, profiles, status=status)[2].get("state", "idle")
+        key = "Enter" if state == "idle" else profiles[session["engine"]].get("submit_when_busy") or "Enter"
+        tmux(session["socket"], ["send-keys", "-t", session["id"], key])
+        if not _submitted(session, payload, profiles, float(args.get("submit_wait_s", 3.0))):
+            return dict(refusal(P.NOT_SUBMITTED, "%s was pressed but the text is still in the input box" % key, session))
+    return {
+        "outcome": P.DELIVERED if state == "idle" else P.QUEUED,
+        "lane": "tmux",
+        "detail": "it sat pasted in the input box; submitted it now",
+        "state": state,
+        "session": public(session),
+    }
+
+
 def _deliver_locked(session: Session, payload: str, args: Dict[str, Any], profiles: Profiles, status: Any) -> Outcome:
     engine = session["engine"]
     socket, pane_id = session["socket"], session["id"]

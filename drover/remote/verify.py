@@ -59,10 +59,12 @@ def records_of(session: Session) -> Optional[List[str]]:
 
 def needles(args: Dict[str, Any], lane: str) -> List[str]:
     """What marks this message in a record: Claude's inbox keeps the msg_id drover gave the line (a UUID); every
-    other record keeps the text, whose envelope names drover's own message id (msg_ + time + 40 random bits)."""
+    other record keeps the text, whose envelope names drover's own message id (msg_ + time + 40 random bits).
+    A message whose lane is unknown (its sender died) is looked for by both."""
+    ids = [args.get("receiver_msg_id"), args.get("msg_id")]
     if lane == "inbox":
-        return [args["receiver_msg_id"]] if args.get("receiver_msg_id") else []
-    return [args["msg_id"]] if args.get("msg_id") else []
+        ids = ids[:1]
+    return [i for i in ids if i]
 
 
 def find(session: Session, args: Dict[str, Any], lane: str) -> Dict[str, Any]:

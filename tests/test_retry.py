@@ -1,0 +1,156 @@
+"""kill -9 at each step of a send, then `drover retry`: every message lands exactly once, counted in what the
+receiver itself recorded (the demo agent's log, Claude Code's transcript).  `drover verify` turns a message that
+was queued behind a turn into a verified one once the turn has run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import drover
+from tests.conftest import ROOT, Tmux, stays, wait_for
+
+STEPS = ["after_accept", "after_paste", "after_enter", "before_outcome"]
+
+
+def killed_send(target: str, text: str, step: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`drover send` in its own process, killed with SIGKILL at `step` (DROVER_FAULT, drover's test hook)."""
+    return subprocess.run(
+        [sys.executable, "-m", "drover", "--actor", "crasher", "send", target, text, *extra],
+        cwd=str(ROOT),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DROVER_FAULT": step},
+        timeout=60,
+    )
+
+
+def only_pending() -> dict[str, Any]:
+    pending = drover.run("messages.list", {"pending": True}).data["messages"]
+    assert len(pending) == 1, pending
+    return dict(pending[0])
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_kill_9_at_each_step_then_retry_lands_exactly_once(tmux: Tmux, step: str, cli: Any) -> None:
+    pane = tmux.agent(f"k-{step.replace('_', '-')}")
+    text = f"exactly once, killed {step}"
+    proc = killed_send(pane.address, text, step)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    msg = only_pending()
+    got = cli("retry", msg["id"], "--json")
+    assert got.code == 0, got.out + got.err
+    data = got.json()["data"]
+    assert data["outcome"] == "delivered" and data["verified"] is True, data
+    if step in ("after_enter", "before_outcome"):
+        assert "not sent again" in data["detail"]  # it had arrived: found in the agent's record
+    elif step == "after_paste":
+        assert data["attempt"] == "finish"  # it sat in the input box: submitted, not pasted a second time
+    wait_for(lambda: text in "".join(pane.messages()), what="the message")
+    stays(lambda: sum(text in m for m in pane.messages()) == 1, 1.0, what="exactly one copy")
+    again = cli("retry", msg["id"], "--json").json()["data"]
+    assert "nothing to do" in again["detail"]
+    stays(lambda: sum(text in m for m in pane.messages()) == 1, 0.3, what="still exactly one copy")
+    assert drover.run("messages.list", {"pending": True}).data["messages"] == []
+
+
+def test_kill_9_before_accept_leaves_nothing_to_retry_and_nothing_sent(tmux: Tmux) -> None:
+    pane = tmux.agent("k-before")
+    proc = killed_send(pane.address, "never accepted", "before_accept")
+    assert proc.returncode == -signal.SIGKILL
+    assert drover.run("messages.list", {}).data["messages"] == []
+    stays(lambda: pane.messages() == [], what="nothing sent")
+
+
+def test_retry_of_a_message_refused_before_the_paste_sends_it_once(tmux: Tmux) -> None:
+    pane = tmux.agent("k-refused")
+    os.kill(pane.pid, signal.SIGUSR1)  # a dialog: the guard refuses before pasting
+    wait_for(lambda: "Do you want to proceed?" in pane.screen())
+    first = drover.run("sessions.message", {"id": pane.address, "text": "after the dialog"}, actor="t")
+    assert (first.data["outcome"], first.data["code"]) == ("refused", "dialog")
+    pane.tmux("send-keys", "-t", pane.id, "Escape")  # the person answers their dialog
+    wait_for(lambda: "idle · paste" in pane.screen())
+    again = drover.run("messages.retry", {"id": first.data["id"]})
+    assert again.data["outcome"] == "delivered", again.data
+    wait_for(lambda: pane.messages() == [f"{drover_envelope('t')}\nafter the dialog\n</cross-session-message>"])
+
+
+def drover_envelope(actor: str) -> str:
+    return f'<cross-session-message from-name="drover ({actor})" from-mode="prompting">'
+
+
+def test_retry_never_guesses_for_a_program_with_no_record(tmux: Tmux, isolated: Path) -> None:
+    pane = tmux.start("plain", "env PS1='$ ' bash --norc")
+    wait_for(lambda: pane.screen().rstrip().endswith("$"))
+    marker = isolated / "ran-twice"
+    proc = killed_send(pane.address, f"echo x >> {marker}", "before_outcome", "--raw")
+    assert proc.returncode == -signal.SIGKILL
+    wait_for(marker.exists, what="the command to have run once")
+    msg = only_pending()
+    doc = drover.run("messages.retry", {"id": msg["id"]})
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "cannot_verify"), doc.data
+    stays(lambda: marker.read_text() == "x\n", what="never run a second time")
+
+
+# -- the real Claude Code --------------------------------------------------------------------------------------------
+
+
+def peer_bodies(s: Any) -> list[str]:
+    return [p["origin"]["body"] for p in s.peer_messages()]
+
+
+def typed_turns(s: Any, needle: str) -> int:
+    return sum(1 for r in s.transcript() if r.get("type") == "user" and needle in json.dumps(r.get("message", {})))
+
+
+@pytest.mark.parametrize("step", ["after_accept", "after_inbox_send", "before_outcome"])
+def test_claude_inbox_kill_9_then_retry_lands_exactly_once(claude_lab: Any, step: str) -> None:
+    s = claude_lab.start(f"ki-{step.replace('_', '-')}")
+    text = f"inbox, killed {step}"
+    proc = killed_send(f"local:{s.name}", text, step)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    msg = only_pending()
+    wait_for(lambda: s.status() == "idle", timeout=20)
+    doc = drover.run("messages.retry", {"id": msg["id"]})
+    assert doc.data["outcome"] == "delivered" and doc.data["verified"] is True, (doc.data.get("code"), doc.data.get("detail"))
+    wait_for(lambda: text in peer_bodies(s), timeout=20, what="the peer message")
+    stays(lambda: peer_bodies(s).count(text) == 1, 2, "exactly one peer record")
+
+
+@pytest.mark.parametrize("step", ["after_paste", "after_enter"])
+def test_claude_tmux_lane_kill_9_then_retry_lands_exactly_once(claude_lab: Any, step: str) -> None:
+    s = claude_lab.start(f"kt-{step.replace('_', '-')}")
+    text = f"typed, killed {step}"
+    proc = killed_send(f"local:{s.name}", text, step, "--via", "tmux")
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    msg = only_pending()
+    doc = drover.run("messages.retry", {"id": msg["id"]})
+    assert doc.data["outcome"] in ("delivered", "queuedBehindTurn"), doc.data
+    wait_for(lambda: typed_turns(s, msg["id"]) >= 1, timeout=20, what="the typed turn")
+    stays(lambda: typed_turns(s, msg["id"]) == 1, 2, "exactly one typed turn")
+
+
+def test_claude_verified_when_idle_and_verified_later_when_queued(claude_lab: Any, cli: Any) -> None:
+    s = claude_lab.start("verif-a", delay=6)
+    first = drover.run("sessions.message", {"id": s.name, "text": "idle: verified at once"}, actor="t")
+    assert (first.data["outcome"], first.data["verified"]) == ("delivered", True), first.data
+    assert "transcript" in first.data["verification"] or ".jsonl" in first.data["verification"]
+    wait_for(lambda: s.status() == "busy", timeout=20)
+    queued = drover.run("sessions.message", {"id": s.name, "text": "busy: verified after the turn"}, actor="t")
+    assert (queued.data["outcome"], queued.data["verified"]) == ("queuedBehindTurn", False), queued.data
+    human = cli("log", "show", queued.data["id"])
+    assert "queuedBehindTurn" in human.out
+    wait_for(lambda: "busy: verified after the turn" in peer_bodies(s), timeout=40, what="the queued message")
+    res = cli("verify", "--json")
+    assert res.code == 0, res.err
+    rows = {r["id"]: r for r in res.json()["data"]["messages"]}
+    assert rows[queued.data["id"]]["verified"] is True
+    record = drover.run("messages.get", {"id": queued.data["id"]}).data["message"]
+    assert (record["outcome"], record["verified"]) == ("delivered", True)
