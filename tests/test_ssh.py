@@ -300,3 +300,14 @@ def test_agent_and_x11_forwarding_are_never_requested(sshfleet: SSHFleet, isolat
     finally:
         config.write_text(original)
         os.kill(agent_pid, signal.SIGTERM)
+
+
+def test_a_missing_identity_file_and_a_bad_jump_host_are_named(sshfleet: SSHFleet, isolated: Path, cli: Any) -> None:
+    add_hosts(sshfleet, f'[hosts.nokey]\nssh = "h1"\nidentity = "{isolated}/no-such-key"\n')
+    res = cli("ls", "--host", "nokey", "--json")
+    error = res.json()["errors"][0]
+    assert (res.code, error["code"]) == (5, "identity_missing") and "no-such-key" in error["message"], res.out
+    add_hosts(sshfleet, '[hosts.jumpy]\nssh = "h1"\nproxy_jump = "no-such-jump-host.invalid"\n')
+    res = cli("fleet", "check", "--host", "jumpy", "--json")
+    row = res.json()["data"]["hosts"][0]
+    assert row["error"]["code"] == "proxy_jump_failed" and "jump host" in row["error"]["message"], row

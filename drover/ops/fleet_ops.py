@@ -9,7 +9,7 @@ from pydantic import Field
 
 from drover.errors import DroverError
 from drover.ops.core import Context, Request, Result, op
-from drover.ops.sessions import fan_exit, fan_out_each
+from drover.ops.sessions import call_host, fan_exit, fan_out_each
 from drover.remote import protocol as P
 
 # The steps of reaching a host's helper, in order; an error code names the step that failed (the ones before it
@@ -20,6 +20,8 @@ FAILED_STEP = {
     P.CONNECTION_REFUSED: "reachable",
     P.CONNECT_TIMEOUT: "reachable",
     P.DNS: "reachable",
+    P.PROXY_JUMP_FAILED: "reachable",
+    P.IDENTITY_MISSING: "auth",
     P.UNREACHABLE: "reachable",
     P.CONNECTION_LOST: "reachable",
     P.UNKNOWN_HOST_KEY: "host_key",
@@ -66,7 +68,7 @@ def _row(host: str, data: Any, err: DroverError | None, seconds: float, connect:
 @op(
     "fleet.check",
     CheckRequest,
-    "per host: reachable, host key, auth, python, tmux, engines, round-trip time",
+    "per host: reachable, host key, auth, login shell, python, tmux, engines, round-trip time",
     "drover fleet check",
 )
 async def fleet_check(ctx: Context, req: CheckRequest) -> Result:
@@ -76,7 +78,8 @@ async def fleet_check(ctx: Context, req: CheckRequest) -> Result:
     async def hello(host: str) -> Any:
         started = time.monotonic()
         try:
-            return await ctx.transport(host).call("hello", {}, timeout=ctx.timeout(host))
+            # call_host: what the transport noticed (a login shell that printed something) joins the row's warnings
+            return await call_host(ctx, host, "hello", {})
         finally:
             timings[host] = time.monotonic() - started
 

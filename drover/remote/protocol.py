@@ -131,6 +131,8 @@ SSH_ERROR = "ssh_error"
 PYTHON_MISSING = "python_missing"
 PYTHON_TOO_OLD = "python_too_old"
 SHELL_FAILED = "shell_failed"
+PROXY_JUMP_FAILED = "proxy_jump_failed"
+IDENTITY_MISSING = "identity_missing"
 HELPER_ERROR = "helper_error"
 REQUEST_TIMEOUT = "timeout"
 INTERRUPTED = "interrupted"
@@ -222,6 +224,8 @@ CODES = {
     PYTHON_MISSING: FAILURE,
     PYTHON_TOO_OLD: FAILURE,
     SHELL_FAILED: FAILURE,
+    PROXY_JUMP_FAILED: FAILURE,
+    IDENTITY_MISSING: CONFIG,
     HELPER_ERROR: FAILURE,
     REQUEST_TIMEOUT: FAILURE,
     INTERRUPTED: FAILURE,

@@ -201,7 +201,15 @@ class SSHTransport:
         if cfg.user:
             options["username"] = cfg.user
         if cfg.identity:
-            options["client_keys"] = [str(Path(cfg.identity).expanduser())]
+            key = Path(cfg.identity).expanduser()
+            if not key.is_file():
+                raise ConfigError(
+                    f"the identity file {key} (identity under [hosts.{self.host}]) does not exist or is not a file",
+                    host=self.host,
+                    code=P.IDENTITY_MISSING,
+                    hint="fix the path in fleet.toml, or drop identity to use ~/.ssh/config and the ssh-agent",
+                )
+            options["client_keys"] = [str(key)]
         if cfg.proxy_jump:
             options["tunnel"] = cfg.proxy_jump
         where = f"{target}" + (f":{cfg.port}" if cfg.port else "")
@@ -233,6 +241,13 @@ class SSHTransport:
                 f"connection refused by {where}", host=self.host, code=P.CONNECTION_REFUSED, hint="is sshd running, on that port?"
             ) from None
         except socket.gaierror as exc:
+            if cfg.proxy_jump:  # the target is resolved by the jump host: what failed here is the jump host
+                raise TransportError(
+                    f"cannot resolve the jump host {cfg.proxy_jump!r}: {exc.strerror}",
+                    host=self.host,
+                    code=P.PROXY_JUMP_FAILED,
+                    hint=f"check proxy_jump under [hosts.{self.host}] in fleet.toml",
+                ) from None
             raise TransportError(f"cannot resolve {target}: {exc.strerror}", host=self.host, code=P.DNS) from None
         except asyncssh.DisconnectError as exc:
             raise TransportError(f"{where} refused the SSH session: {exc.reason}", host=self.host, code=P.SSH_ERROR) from None
