@@ -15,14 +15,18 @@ import stat
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from drover.errors import ConfigError, FleetInvalid, UnknownHost, UsageError
+from drover.errors import ConfigError, DroverError, FleetInvalid, UnknownHost, UsageError
 
 LOCAL = "local"
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# The interpreter's path as the remote bootstrap accepts it (drover/transport/bundle.py): it is run unquoted by
+# whatever login shell the host has, so only characters no shell treats specially, and `~/` for the home.
+PYTHON_PATH = re.compile(r"^(~/)?[A-Za-z0-9_./+-]+$")
+MAX_BYTES = 16 << 20  # a fleet file is a few KB; anything this large is not one
 
 
 class _Strict(BaseModel):
@@ -46,6 +50,23 @@ class HostConfig(_Strict):
     )
     connect_timeout: float | None = Field(None, gt=0)
     request_timeout: float | None = Field(None, gt=0)
+
+    @field_validator("ssh")
+    @classmethod
+    def _ssh_target(cls, value: str | None) -> str | None:
+        if value is not None and "@" in value:
+            raise ValueError('an ssh target holds no user: give the user as user = "dev" (--user dev) and the host alone')
+        return value
+
+    @field_validator("python")
+    @classmethod
+    def _python_path(cls, value: str) -> str:
+        if not PYTHON_PATH.match(value):
+            raise ValueError(
+                "the interpreter's path may hold only letters, digits and _ . / + - (optionally after a leading ~/): "
+                "the remote bootstrap runs it unquoted in the host's login shell"
+            )
+        return value
 
 
 class EngineProfile(_Strict):
@@ -147,7 +168,11 @@ def default_path() -> Path:
 
 def find_path(explicit: str | os.PathLike[str] | None = None) -> tuple[Path, bool]:
     """The fleet file to use, and whether the user named it (a named file must exist)."""
-    if explicit:
+    if explicit is not None:
+        if not os.fspath(explicit).strip():
+            raise UsageError(
+                "--fleet is empty: name a fleet file", hint="or leave --fleet out to use $DROVER_FLEET or the default"
+            )
         return Path(explicit).expanduser(), True
     env = os.environ.get("DROVER_FLEET")
     if env:
@@ -189,7 +214,7 @@ def _problems(path: Path, text: str, exc: ValidationError) -> list[str]:
         where = ".".join(str(part) for part in loc) or "(top level)"
         line = locate(text, loc)
         prefix = f"{path.name}:{line}" if line else path.name
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")  # our own validators' words, without pydantic's label
         if err["type"] == "extra_forbidden":
             msg = "unknown key (see fleet.example.toml for the keys drover knows)"
         elif "input" in err and not isinstance(err["input"], dict | list):
@@ -209,14 +234,55 @@ def parse(text: str, path: Path) -> Fleet:
         raise FleetInvalid(str(path), _problems(path, text, exc)) from None
 
 
-def read_text(path: Path) -> str | None:
-    """The fleet file's text (None when it does not exist); undecodable bytes are a FleetInvalid, not a crash."""
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISLNK, "a symlink"),
+)
+
+
+def _not_regular(path: Path, mode: int) -> ConfigError:
+    kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+    return ConfigError(
+        f"fleet file {path} is not a regular file ({kind}): drover neither reads it nor writes it",
+        hint="point --fleet or $DROVER_FLEET at a TOML file",
+    )
+
+
+def read_text(path: Path, *, follow: bool = True) -> str | None:
+    """The fleet file's text (None when it does not exist); undecodable bytes are a FleetInvalid, not a crash.
+
+    Only a regular file (after following symlinks, unless `follow` is False) is read: a FIFO, a device, a
+    directory or a socket is refused before it is opened (and the open itself never blocks), so `--fleet
+    /dev/zero` or a FIFO is an error, not a hang or a runaway read.
+    """
     try:
-        raw = path.read_bytes()
+        st = os.stat(path, follow_symlinks=follow)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(path, st.st_mode)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise ConfigError(f"cannot read fleet file {path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # swapped between the stat and the open
+            raise _not_regular(path, st.st_mode)
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 16):
+            size += len(chunk)
+            if size > MAX_BYTES:
+                raise FleetInvalid(str(path), [f"{path.name}: larger than {MAX_BYTES >> 20} MiB: not a fleet file"])
+            chunks.append(chunk)
+    except OSError as exc:
+        raise ConfigError(f"cannot read fleet file {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    raw = b"".join(chunks)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -393,35 +459,88 @@ def remove_host(text: str, path: Path, name: str) -> str:
     return new
 
 
-def edit(explicit: str | os.PathLike[str] | None, change: Callable[[str, Path], str]) -> tuple[Fleet, Path]:
+def _cannot_write(path: Path, real: Path, exc: OSError, step: str = "") -> ConfigError:
+    reason = exc.strerror or str(exc)
+    blocker = next((a for a in real.parents if os.path.lexists(a) and not a.is_dir()), None)
+    if isinstance(exc, FileExistsError | NotADirectoryError) and blocker is not None:
+        reason = f"{blocker} is not a directory"
+    elif step:
+        reason += f" ({step})"
+    return ConfigError(
+        f"cannot write fleet file {path}: {reason}",
+        hint="the file is untouched; make it and its directory writable (a read-only mount? `chattr -i`?), "
+        "or point --fleet or $DROVER_FLEET at a file you can write",
+    )
+
+
+def _missing(path: Path, change: Callable[[str, Path], str]) -> NoReturn:
+    """An edit of a file that does not exist, without creating it: `change` says what is wrong with no fleet at all
+    (remove: the host is not there), told that the file does not exist."""
+    try:
+        change("", path)
+    except DroverError as exc:
+        exc.hint = f"{path} does not exist"
+        raise
+    raise ConfigError(f"fleet file {path} does not exist", hint="create it with `drover fleet add`")
+
+
+def edit(
+    explicit: str | os.PathLike[str] | None, change: Callable[[str, Path], str], *, create: bool = True
+) -> tuple[Fleet, Path, bool]:
     """Apply `change(text, path) -> new text` to the fleet file under its lock; validate; replace atomically.
 
-    The file is the one `load` would read (a missing one is created). Anything raised by `change` or by the
-    validation leaves the file untouched.
+    The file is the one `load` would read; a missing one is created (with `create`; without, `change` is asked
+    about an empty fleet and nothing is created: no directory, no lock file).  Anything that is not a regular
+    file is refused before anything is created or opened for writing.  Anything raised by `change` or by the
+    validation leaves the file untouched; a place that cannot be written is a ConfigError, never an OSError.
+    Returns the new fleet, its path, and whether this edit created the file (decided under the lock).
     """
     path, _named = find_path(explicit)
     real = Path(os.path.realpath(path))  # a symlinked fleet.toml is edited where it points, and stays a link
-    real.parent.mkdir(parents=True, exist_ok=True)
-    lock_fd = os.open(real.parent / f".{real.name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        st: os.stat_result | None = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise _cannot_write(path, real, exc) from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise _not_regular(path, st.st_mode)
+    if st is None and not create:
+        _missing(path, change)
+    lock = real.parent / f".{real.name}.lock"
+    step = f"creating its directory {real.parent}"
+    try:
+        real.parent.mkdir(parents=True, exist_ok=True)
+        step = f"creating its lock file {lock}"
+        lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise _cannot_write(path, real, exc, step) from None
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
-        text = read_text(real)
+        text = read_text(real, follow=False)
+        if text is None and not create:
+            _missing(path, change)
         new = change(text or "", path)
         try:
             fleet = parse(new, path)  # exactly as `load` will read it: every problem with its line number
         except FleetInvalid as exc:
             raise InvalidEdit(str(path), exc.problems) from None
-        _replace(real, new)
+        try:
+            _replace(real, new)
+        except OSError as exc:
+            raise _cannot_write(path, real, exc, "replacing it") from None
     finally:
         os.close(lock_fd)  # closing releases the lock
-    return fleet, path
+    return fleet, path, text is None
 
 
 def _replace(real: Path, text: str) -> None:
     try:
-        st: os.stat_result | None = os.stat(real)
+        st: os.stat_result | None = os.stat(real, follow_symlinks=False)
     except FileNotFoundError:
         st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):  # never replace a device, a FIFO or a symlink
+        raise _not_regular(real, st.st_mode)
     tmp = real.parent / f".{real.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)  # umask applies to a new file
     try:

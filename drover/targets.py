@@ -12,12 +12,14 @@ from typing import NamedTuple
 
 from drover.errors import UsageError
 from drover.fleet import LOCAL, Fleet
+from drover.remote import protocol as P
 
 HINT = "name a session as HOST:ID, e.g. local:%3 or box-a:webapp-f8; `drover ls` lists them"
 
 
 class EmptyTarget(UsageError):
-    code = "empty_target"
+    # A code of the protocol's table (class `usage`), so its exit code follows from the table like every other.
+    code = P.USAGE_ERROR
 
 
 class Target(NamedTuple):

@@ -139,3 +139,44 @@ def test_separate_process_errors_have_no_traceback(agent: Pane) -> None:
     assert one_line(res.err)
     assert json.loads(res.out)["errors"][0]["code"] == "bad_json"
     untouched(agent)
+
+
+SESSION_ID_OPS = [
+    ("sessions.message", {"host": "local", "text": "hi"}),
+    ("sessions.status", {"host": "h1"}),
+    ("sessions.wait", {"host": "local", "timeout_s": 1}),
+    ("sessions.read", {"host": "local"}),
+]
+
+
+@pytest.mark.parametrize("empty", ["", "   ", "\t\n"])
+@pytest.mark.parametrize(("name", "request_"), SESSION_ID_OPS)
+def test_an_empty_session_id_through_op_is_a_usage_error(cli: Any, name: str, request_: dict[str, Any], empty: str) -> None:
+    res = cli("op", name, json.dumps({**request_, "id": empty}))
+    assert res.code == 2, res.err
+    doc = res.json()
+    assert doc["ok"] is False and doc["errors"][0]["code"] == "invalid_request"
+    assert "id: the session is empty" in one_line(res.err)
+    assert cli("log", "--json").json()["data"]["messages"] == []  # nothing recorded
+
+
+@pytest.mark.parametrize("name", ["messages.get", "messages.retry"])
+def test_an_empty_message_id_through_op_is_a_usage_error(cli: Any, name: str) -> None:
+    res = cli("op", name, '{"id": " "}')
+    assert res.code == 2 and "id: the message id is empty" in one_line(res.err)
+
+
+def test_every_error_code_drover_raises_is_in_the_protocol_table() -> None:
+    import drover.cli.main
+    import drover.targets  # noqa: F401
+    from drover import errors
+    from drover.remote import protocol as P
+
+    seen, todo = [], [errors.DroverError]
+    while todo:
+        cls = todo.pop()
+        seen.append(cls)
+        todo.extend(cls.__subclasses__())
+    for cls in seen[1:]:
+        assert cls.code in P.CODES, cls
+        assert cls.exit_code == errors.exit_code_of(cls.code), cls

@@ -223,3 +223,14 @@ def test_one_fleet_load_per_invocation(cli: Any, isolated: Path, monkeypatch: An
     res = cli("send", "nosuch", "hi", "--json")
     assert res.code == 6 and len(loads) == 1
     assert json.loads(res.out)["data"]["outcome"] == "failed"
+
+
+def test_help_says_what_guard_check_exits_with(cli: Any) -> None:
+    res = cli("guard", "check", "--help")
+    assert res.code == 0
+    text = " ".join(res.out.split())
+    assert "Exit 0 = a paste would go ahead, 4 = it would be refused" in text
+    top = " ".join(cli("--help").out.split())
+    assert "guard check: 0 a paste would go ahead, 4 the guard would refuse" in top
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert '.venv/bin/python -m pytest -m "not slow"' in readme

@@ -275,3 +275,56 @@ def test_a_fleet_file_that_is_not_utf8(cli: Any, isolated: Path) -> None:
         lines = [line for line in res.err.splitlines() if line.strip()]
         assert len(lines) == 1 and "fleet.toml:2: not valid UTF-8" in lines[0], res.err
     assert drover_process("ls").code == 7
+
+
+class NoisyTransport:
+    """A transport whose login shell printed something before the helper's answer (what ssh.py notices)."""
+
+    host = "local"
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    async def call(self, op: str, args: dict[str, Any], *, timeout: float) -> Any:
+        self.warnings.append("the login shell printed 6 bytes before the helper's answer: b'hello\\n'")
+        return {"python": "3.11.2", "tmux": "tmux 3.3a", "engines": {}, "user": "dev", "warnings": []}
+
+    async def close(self) -> None:
+        pass
+
+
+def test_fleet_check_shows_the_shell_step_and_the_warnings(cli: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from drover.cli import render
+    from drover.ops import Context, run
+
+    ctx = Context()
+    ctx._transports["local"] = NoisyTransport()
+    doc = run("fleet.check", {}, ctx)
+    assert doc.exit_code == 0, doc.errors
+    (row,) = doc.data["hosts"]
+    assert row["shell"] is True and row["warnings"] == ["the login shell printed 6 bytes before the helper's answer: b'hello\\n'"]
+    capsys.readouterr()
+    render.fleet_check(render.clean(doc.data))
+    out, err = capsys.readouterr()
+    header = out.splitlines()[0].split()
+    assert header[:6] == ["HOST", "REACH", "KEY", "AUTH", "SHELL", "PYTHON"], header
+    assert out.splitlines()[1].split()[:6] == ["local", "yes", "yes", "yes", "yes", "3.11.2"]
+    assert "warning: local: the login shell printed 6 bytes" in err
+    # a host whose login shell failed: SHELL is NO, PYTHON was never reached
+    failed = {
+        "hosts": [
+            {
+                "host": "box-a",
+                "ok": False,
+                "reachable": True,
+                "host_key": True,
+                "auth": True,
+                "shell": False,
+                "python": None,
+                "error": {"code": "shell_failed", "message": "the login shell failed"},
+            }
+        ]
+    }
+    render.fleet_check(failed)
+    out, err = capsys.readouterr()
+    assert out.splitlines()[1].split()[:6] == ["box-a", "yes", "yes", "yes", "NO", "-"]

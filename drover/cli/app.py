@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 
 EXIT_CODES = """Exit codes: 0 delivered or queued (or the op succeeded) · 1 internal error · 2 usage (bad arguments, malformed
 JSON, unknown op, empty text or target) · 3 held for a human · 4 refused or dropped · 5 failed to reach the session ·
-6 unknown host or unknown/ambiguous session · 7 invalid fleet file · 8 some hosts failed · 9 timed out waiting ·
-130 interrupted."""
+6 unknown host or unknown/ambiguous session · 7 invalid fleet file (or one that cannot be read or written), or truth
+file unusable · 8 some hosts failed · 9 timed out waiting · 130 interrupted. guard check: 0 a paste would go ahead,
+4 the guard would refuse."""
 
 HELP = f"""Deliver text to AI coding-agent sessions (Claude Code, Codex, any program in tmux) on any host of your
 fleet, safely, and keep a record of every message.

@@ -255,7 +255,7 @@ def guard_check(
     actor: ActorOpt = None,
     debug: DebugOpt = False,
 ) -> None:
-    """Classify a saved screen. Exit 0 = a paste would go ahead, 1 = it would be refused."""
+    """Classify a saved screen. Exit 0 = a paste would go ahead, 4 = it would be refused (as `send` exits)."""
     common(fleet, actor, debug)
     try:
         if file == "-":

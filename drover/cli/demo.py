@@ -67,11 +67,13 @@ def demo(
     The demo keeps its records in a throwaway truth file of its own; yours is not touched.
     """
     common(fleet, actor, debug)
-    if not shutil.which("tmux"):
-        raise UsageError("tmux is not installed", hint="apt-get install tmux")
     from drover.ops import Context
     from drover.ops import run as run_op
 
+    # A broken fleet file is its own error (exit 7), at once: not a demo agent that "did not start" 15 s later.
+    _ = Context(fleet_path=state.fleet).fleet
+    if not shutil.which("tmux"):
+        raise UsageError("tmux is not installed", hint="apt-get install tmux")
     server = f"drover-demo-{os.getpid()}"
     workdir = tempfile.mkdtemp(prefix="drover-demo-")
     home = Path(workdir) / "home"

@@ -303,7 +303,7 @@ def _mark(value: bool | None) -> Text:
 
 def fleet_check(data: dict[str, Any]) -> None:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("HOST", "REACH", "KEY", "AUTH", "PYTHON", "TMUX", "ENGINES", "CONNECT", "RTT", "PROBLEM"):
+    for col in ("HOST", "REACH", "KEY", "AUTH", "SHELL", "PYTHON", "TMUX", "ENGINES", "CONNECT", "RTT", "PROBLEM"):
         table.add_column(col, no_wrap=col != "PROBLEM", overflow="fold")
     for row in data.get("hosts", []):
         engines = ", ".join(f"{k}×{v}" for k, v in sorted((row.get("engines") or {}).items())) or "-"
@@ -314,6 +314,7 @@ def fleet_check(data: dict[str, Any]) -> None:
             _mark(row.get("reachable")),
             _mark(row.get("host_key")),
             _mark(row.get("auth")),
+            _mark(row.get("shell")),
             Text(str(python), style="bold red" if python == "NO" else ""),
             (row.get("tmux") or "-").replace("tmux ", ""),
             engines,
@@ -323,6 +324,8 @@ def fleet_check(data: dict[str, Any]) -> None:
         )
     out.print(table)
     for row in data.get("hosts", []):
+        for w in row.get("warnings") or []:
+            err.print(Text(f"warning: {row['host']}: {w.get('message', w) if isinstance(w, dict) else w}"), style="yellow")
         for stale in row.get("stale_claude_sessions") or []:
             err.print(
                 Text(f"warning: {row['host']}: stale Claude session record {stale['record']}: {stale['reason']}"), style="yellow"

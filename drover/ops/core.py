@@ -179,7 +179,7 @@ def parse_payload(name: str, payload: str | dict[str, Any] | None) -> Request:
     if not isinstance(payload, dict):
         raise InvalidRequest(f"the request for {name} must be a JSON object, not {type(payload).__name__}")
     try:
-        return spec.request.model_validate(payload)
+        request = spec.request.model_validate(payload)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -192,6 +192,24 @@ def parse_payload(name: str, payload: str | dict[str, Any] | None) -> Request:
             hint=f"fields: {fields}",
             details={"problems": problems},
         ) from None
+    _check_id(name, request)
+    return request
+
+
+def _check_id(name: str, request: Request) -> None:
+    """An empty `id` names nothing: a usage error for every op that takes one, before anything is resolved or recorded.
+
+    Here, once, rather than a validator on each request model: every op's `id` (a session, or for `messages.*`
+    a message) gets the same rule.
+    """
+    value = getattr(request, "id", None) if "id" in type(request).model_fields else None
+    if isinstance(value, str) and not value.strip():
+        if name.startswith("messages."):
+            what, hint = "the message id", "give a message id (msg_...) or a unique prefix; `drover log` lists them"
+        else:
+            what, hint = "the session", "name a session: a pane id (%3), session:window.pane, or a name; `drover ls` lists them"
+        problem = f"id: {what} is empty"
+        raise InvalidRequest(f"invalid request for {name}: {problem}", hint=hint, details={"problems": [problem]})
 
 
 async def run_async(ctx: Context, name: str, payload: str | dict[str, Any] | None = None) -> Document:

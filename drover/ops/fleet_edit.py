@@ -41,11 +41,6 @@ class RemoveRequest(Request):
     name: str = Field(..., description="the host to remove")
 
 
-def _path_info(ctx: Context) -> dict[str, Any]:
-    path, _named = fleet_mod.find_path(ctx.fleet_path)
-    return {"path": str(path), "exists": path.exists()}
-
-
 @op("fleet.show", ShowRequest, "the fleet, validated: its file, hosts, limits and timeouts", "drover fleet show")
 async def fleet_show(ctx: Context, req: ShowRequest) -> Result:
     fleet = ctx.fleet  # invalid -> FleetInvalid (exit 7) with every problem and its line
@@ -66,14 +61,17 @@ async def fleet_add(ctx: Context, req: AddRequest) -> Result:
         value = getattr(req, key)
         if key not in ("name", "ssh", "replace") and value not in (None, []):
             entry[key] = value
-    existed = _path_info(ctx)["exists"]
-    fleet, path = fleet_mod.edit(ctx.fleet_path, lambda text, p: fleet_mod.add_host(text, p, req.name, entry, req.replace))
+    # `created` is decided under the fleet's lock: of two concurrent adds to a missing file, one created it.
+    fleet, path, created = fleet_mod.edit(
+        ctx.fleet_path, lambda text, p: fleet_mod.add_host(text, p, req.name, entry, req.replace)
+    )
     ctx.forget_fleet()
-    return Result({"path": str(path), "created": not existed, "host": req.name, "entry": entry, "hosts": fleet.host_names()})
+    return Result({"path": str(path), "created": created, "host": req.name, "entry": entry, "hosts": fleet.host_names()})
 
 
 @op("fleet.remove", RemoveRequest, "remove a host from fleet.toml, keeping its comments", "drover fleet remove")
 async def fleet_remove(ctx: Context, req: RemoveRequest) -> Result:
-    fleet, path = fleet_mod.edit(ctx.fleet_path, lambda text, p: fleet_mod.remove_host(text, p, req.name))
+    # A missing file has no host to remove: that is said (exit 6) without creating its directory or lock file.
+    fleet, path, _created = fleet_mod.edit(ctx.fleet_path, lambda text, p: fleet_mod.remove_host(text, p, req.name), create=False)
     ctx.forget_fleet()
     return Result({"path": str(path), "host": req.name, "hosts": fleet.host_names()})
