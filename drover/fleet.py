@@ -88,6 +88,7 @@ class EngineProfile(_Strict):
     live_above: int | None = Field(None, ge=0, le=50)
     submit_when_busy: Literal["Enter", "Tab"] | None = None
     submit_delay_s: float | None = Field(None, ge=0, le=10)
+    input_end_last: bool | None = None
 
     @field_validator(
         "scripts", "dialog", "busy", "idle", "placeholder", "paste_marker", "input", "input_above", "input_end", "empty_footer"

@@ -34,6 +34,8 @@ OPS = {
     "fleet.show": [],
     "guard.check": ["engine", "screen"],
     "messages.get": ["id"],
+    "messages.retry": ["id"],
+    "messages.verify": ["ids", "limit"],
     "messages.list": ["target", "host", "actor", "outcome", "since", "pending", "limit", "text"],
     "sessions.list": ["hosts", "tags", "engine", "state"],
     "sessions.message": ["host", "id", "text", "actor", "via", "expect_engine", "as_owner", "raw"],

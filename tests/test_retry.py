@@ -154,3 +154,29 @@ def test_claude_verified_when_idle_and_verified_later_when_queued(claude_lab: An
     assert rows[queued.data["id"]]["verified"] is True
     record = drover.run("messages.get", {"id": queued.data["id"]}).data["message"]
     assert (record["outcome"], record["verified"]) == ("delivered", True)
+
+
+def test_ctrl_c_mid_send_records_interrupted_and_retry_finishes_it(tmux: Tmux, isolated: Path) -> None:
+    from drover.remote.tmux_lane import PaneLock
+
+    pane = tmux.agent("ctrlc")
+    socket = Path(os.environ["TMUX_TMPDIR"]) / f"tmux-{os.getuid()}" / "default"
+    hold = PaneLock(str(socket), pane.id, 0)
+    with hold:  # another sender holds the pane: drover waits for it, with its request out
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "drover", "send", pane.address, "interrupted on its way"],
+            cwd=str(ROOT),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(lambda: drover.run("messages.list", {}).data["messages"], what="the accepted event")
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "interrupted" in err
+    msg = drover.run("messages.list", {}).data["messages"][0]
+    assert (msg["outcome"], msg["code"], msg["indeterminate"]) == ("failed", "interrupted", True), msg
+    doc = drover.run("messages.retry", {"id": msg["id"]})
+    assert doc.data["outcome"] == "delivered", doc.data
+    wait_for(lambda: any("interrupted on its way" in m for m in pane.messages()))
+    stays(lambda: sum("interrupted on its way" in m for m in pane.messages()) == 1, what="exactly once")

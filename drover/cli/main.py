@@ -25,8 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     state.reset()
     try:
-        result = app(args=args, prog_name="drover", standalone_mode=False)
-        return int(result or 0)
+        result = int(app(args=args, prog_name="drover", standalone_mode=False) or 0)
+        if result == ExitCode.INTERRUPTED:
+            render.err.print("drover: interrupted", style="red")  # typer turns Ctrl-C into a silent exit 130
+        return result
     except EXIT_ERRORS as exc:
         return int(getattr(exc, "exit_code", 0))
     except ABORT_ERRORS:
