@@ -27,9 +27,11 @@ fi
 .venv/bin/python - <<'PY'
 import sys
 sys.path.insert(0, "tests")
-from claudelab import ensure_binary  # installs @anthropic-ai/claude-code into the cache if it is missing
-path, why = ensure_binary()
-print("+ claude code:", path or f"cannot run here ({why}); its tests will say so")
+# The real agents the tests run, from npm, into ~/.cache/drover-test/ if they are missing there.
+import claudelab, codexlab, geminilab
+for name, lab in (("claude code", claudelab), ("codex", codexlab), ("gemini-cli", geminilab)):
+    path, why = lab.ensure_binary()
+    print(f"+ {name}:", path or f"cannot run here ({why}); its tests will say so")
 PY
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 
