@@ -9,9 +9,6 @@ drover's helper finds them through CLAUDE_CONFIG_DIR.
 from __future__ import annotations
 
 import json
-import os
-import pwd
-import shutil
 import subprocess
 import sys
 import time
@@ -23,10 +20,14 @@ VERSION = "2.1.328"
 PACKAGE = f"@anthropic-ai/claude-code@{VERSION}"
 HERE = Path(__file__).resolve().parent
 
+try:  # imported as tests.claudelab by pytest, as claudelab by scripts/test.sh
+    from tests.npmcache import cache_root, npm_install, unshare_works
+except ImportError:
+    from npmcache import cache_root, npm_install, unshare_works  # type: ignore[no-redef]
+
 
 def cache_dir() -> Path:
-    home = pwd.getpwuid(os.getuid()).pw_dir  # not $HOME: tests move HOME around
-    return Path(os.environ.get("DROVER_TEST_CACHE") or os.path.join(home, ".cache", "drover-test")) / f"claude-code-{VERSION}"
+    return cache_root() / f"claude-code-{VERSION}"
 
 
 def binary_path() -> Path:
@@ -36,22 +37,8 @@ def binary_path() -> Path:
 def ensure_binary() -> tuple[Path | None, str]:
     """(path to the binary, "") or (None, why it cannot run here)."""
     path = binary_path()
-    if not path.exists():
-        if not shutil.which("npm"):
-            return None, "npm is not installed (the README's test command installs it)"
-        cache_dir().mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(cache_dir()), PACKAGE],
-            capture_output=True,
-            text=True,
-            timeout=1200,
-        )
-        if proc.returncode != 0 or not path.exists():
-            return None, f"npm install {PACKAGE} failed: {proc.stderr.strip()[-500:]}"
-    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return None, f"unshare -n does not work here (needs root or user namespaces): {probe.stderr.strip()}"
-    return path, ""
+    why = npm_install(PACKAGE, cache_dir(), path) or unshare_works()
+    return (None, why) if why else (path, "")
 
 
 @dataclass

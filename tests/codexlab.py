@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import pwd
 import re
 import shlex
 import shutil
@@ -30,6 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+try:  # imported as tests.X by pytest, as X by scripts/test.sh
+    from tests.npmcache import cache_root, npm_install
+except ImportError:
+    from npmcache import cache_root, npm_install  # type: ignore[no-redef]
+
 VERSION = "0.169.0"
 PACKAGE = f"@openai/codex@{VERSION}"
 HERE = Path(__file__).resolve().parent
@@ -42,8 +46,7 @@ READY = "for agents · ? for shortcuts"
 
 
 def cache_dir() -> Path:
-    home = pwd.getpwuid(os.getuid()).pw_dir  # not $HOME: tests move HOME around
-    return Path(os.environ.get("DROVER_TEST_CACHE") or os.path.join(home, ".cache", "drover-test")) / f"codex-{VERSION}"
+    return cache_root() / f"codex-{VERSION}"
 
 
 def binary_path() -> Path:
@@ -65,21 +68,9 @@ def _unshare() -> list[str]:
 def ensure_binary() -> tuple[Path | None, str]:
     """(path to the codex launcher, "") or (None, why it cannot run here)."""
     path = binary_path()
-    if not path.exists():
-        if not shutil.which("npm"):
-            return None, "npm is not installed (the README's test command installs it)"
-        cache_dir().mkdir(parents=True, exist_ok=True)
-        try:
-            proc = subprocess.run(
-                ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(cache_dir()), PACKAGE],
-                capture_output=True,
-                text=True,
-                timeout=1200,
-            )
-        except subprocess.TimeoutExpired:
-            return None, f"npm install {PACKAGE} timed out"
-        if proc.returncode != 0 or not path.exists():
-            return None, f"npm install {PACKAGE} failed: {proc.stderr.strip()[-500:]}"
+    why = npm_install(PACKAGE, cache_dir(), path)
+    if why:
+        return None, why
     for tool in ("tmux", "unshare", "nsenter", "ip"):
         if not shutil.which(tool):
             return None, f"{tool} is not installed"

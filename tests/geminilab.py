@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shlex
 import shutil
 import signal
@@ -25,6 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+try:  # imported as tests.X by pytest, as X by scripts/test.sh
+    from tests.npmcache import cache_root, npm_install
+except ImportError:
+    from npmcache import cache_root, npm_install  # type: ignore[no-redef]
 
 VERSION = "0.61.0"
 PACKAGE = f"@google/gemini-cli@{VERSION}"
@@ -62,8 +66,7 @@ SCRUB = [
 
 
 def cache_dir() -> Path:
-    home = pwd.getpwuid(os.getuid()).pw_dir  # not $HOME: tests move HOME around
-    return Path(os.environ.get("DROVER_TEST_CACHE") or os.path.join(home, ".cache", "drover-test")) / f"gemini-cli-{VERSION}"
+    return cache_root() / f"gemini-cli-{VERSION}"
 
 
 def binary_path() -> Path:
@@ -86,18 +89,9 @@ def ensure_binary() -> tuple[Path | None, str]:
     if _node_major() < 20:
         return None, f"gemini-cli {VERSION} needs Node >= 20, this node is older"
     path = binary_path()
-    if not path.exists():
-        if not shutil.which("npm"):
-            return None, "npm is not installed (the README's test command installs it)"
-        cache_dir().mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(cache_dir()), PACKAGE],
-            capture_output=True,
-            text=True,
-            timeout=1200,
-        )
-        if proc.returncode != 0 or not path.exists():
-            return None, f"npm install {PACKAGE} failed: {proc.stderr.strip()[-500:]}"
+    why = npm_install(PACKAGE, cache_dir(), path)
+    if why:
+        return None, why
     probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, text=True, timeout=30)
     if probe.returncode != 0:
         return None, f"unshare -n does not work here (needs root or user namespaces): {probe.stderr.strip()}"
