@@ -40,6 +40,9 @@ API_KEY = "dummy-gemini-key"
 PLACEHOLDER = "Type your message or @path/to/file"
 # Variables of the outer environment that would change how gemini authenticates or where it sends requests.
 SCRUB = [
+    # CI runs the suite with CI=true, and gemini-cli (like other ink programs) then renders nothing interactive.
+    "CI",
+    "CONTINUOUS_INTEGRATION",
     "GEMINI_API_KEY",
     "GOOGLE_API_KEY",
     "GOOGLE_GEMINI_BASE_URL",

@@ -38,13 +38,11 @@ def run_bundle(argv: list[str], *requests: dict[str, Any]) -> tuple[int, list[di
     """Feed the bundle and request lines to a bootstrap command, as sshd would; (exit, answers, raw stdout)."""
     lines = b"".join(json.dumps({"helper": P.PROTOCOL, "args": {}, **r}).encode() + b"\n" for r in requests)
     proc = subprocess.run(argv, input=bundle.preamble() + lines, capture_output=True, timeout=60)
-    answers, rest = [], proc.stdout
-    while True:
-        answer, _noise = read_answer(rest)
-        if answer is None:
-            break
-        answers.append(answer)
-        rest = rest[rest.find(P.ANSWER_MARK) + len(P.ANSWER_MARK) :]
+    answers = []
+    for frame in proc.stdout.split(P.ANSWER_MARK)[1:]:  # one frame per request, in order
+        answer, _noise = read_answer(P.ANSWER_MARK + frame)
+        if answer is not None:
+            answers.append(answer)
     return proc.returncode, answers, proc.stdout + proc.stderr
 
 

@@ -180,3 +180,37 @@ def test_ctrl_c_mid_send_records_interrupted_and_retry_finishes_it(tmux: Tmux, i
     assert doc.data["outcome"] == "delivered", doc.data
     wait_for(lambda: any("interrupted on its way" in m for m in pane.messages()))
     stays(lambda: sum("interrupted on its way" in m for m in pane.messages()) == 1, what="exactly once")
+
+
+def test_kill_9_of_the_sender_mid_ssh_then_retry_lands_exactly_once(sshfleet: Any, isolated: Path) -> None:
+    from drover.remote.tmux_lane import PaneLock
+    from tests.conftest import remote_agent
+
+    pane = remote_agent(sshfleet, "h2", "far", isolated)
+    socket = Path(sshfleet.host_env("h2")["TMUX_TMPDIR"]) / f"tmux-{os.getuid()}" / "default"
+    env = {**os.environ, "HOME": str(sshfleet.client_home), "DROVER_FLEET": str(sshfleet.fleet_file)}
+    with PaneLock(str(socket), pane.id, 0):  # the delivery waits on h2 for the pane, its request out
+        proc = subprocess.Popen([sys.executable, "-m", "drover", "send", "h2:far", "killed mid-ssh"], cwd=str(ROOT), env=env)
+        wait_for(lambda: drover.run("messages.list", {}).data["messages"], timeout=30, what="the accepted event")
+        wait_for(lambda: _helpers_on("h2"), timeout=30, what="the delivering helper on h2")
+        proc.kill()  # kill -9 of the sender, mid-SSH
+        proc.wait(timeout=10)
+    msg = drover.run("messages.list", {}).data["messages"][-1]
+    assert msg["pending"] is True
+    doc = drover.run("messages.retry", {"id": msg["id"]})
+    assert doc.data["outcome"] in ("delivered", "queuedBehindTurn"), doc.data
+    wait_for(lambda: any("killed mid-ssh" in m for m in pane.messages()), timeout=20)
+    stays(lambda: sum("killed mid-ssh" in m for m in pane.messages()) == 1, 1.0, what="exactly one copy on h2")
+
+
+def _helpers_on(host: str) -> list[int]:
+    out = []
+    for pid in os.listdir("/proc"):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"drover_boot" in cmd and f"DROVER_TEST_HOST={host}".encode() in environ.split(b"\0"):
+            out.append(int(pid))
+    return out

@@ -197,10 +197,11 @@ def _helper_pids(host: str) -> list[int]:
 
 
 def test_connection_killed_mid_send_is_failed_never_delivered(sshfleet: SSHFleet, isolated: Path) -> None:
+    from drover.remote.tmux_lane import PaneLock
+
     pane = remote_agent(sshfleet, "h2", "agent", isolated)
-    server_pid = int(sshfleet.tmux("h2", "display-message", "-p", "#{pid}").stdout.strip())
-    os.kill(server_pid, signal.SIGSTOP)  # the helper will block in tmux, mid-request
-    try:
+    socket = Path(sshfleet.host_env("h2")["TMUX_TMPDIR"]) / f"tmux-{os.getuid()}" / "default"
+    with PaneLock(str(socket), pane.id, 0):  # another sender holds the pane: the delivery waits there, mid-request
         proc = subprocess.Popen(
             [sys.executable, "-m", "drover", "send", "h2:agent", "cut off", "--json"],
             cwd=str(ROOT),
@@ -208,20 +209,19 @@ def test_connection_killed_mid_send_is_failed_never_delivered(sshfleet: SSHFleet
             stderr=subprocess.PIPE,
             text=True,
         )
-        helpers = wait_for(lambda: _helper_pids("h2"), what="the helper to run on h2")
+        wait_for(lambda: drover.run("messages.list", {}).data["messages"], what="the accepted event")
+        helpers = wait_for(lambda: _helper_pids("h2"), what="the delivering helper to run on h2")
         sshd_session = int(Path(f"/proc/{helpers[0]}/stat").read_text().rsplit(")", 1)[1].split()[1])
         os.kill(sshd_session, signal.SIGKILL)  # the SSH connection dies under the request
         for pid in helpers:
             os.kill(pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=30)
-    finally:
-        os.kill(server_pid, signal.SIGCONT)
     assert proc.returncode == 5, err
     data = json.loads(out)["data"]
     assert data["outcome"] == "failed" and data["code"] == "connection_lost" and data.get("indeterminate") is True
     msgs = drover.run("messages.list", {}).data["messages"]
     assert [(m["host"], m["outcome"], m["code"]) for m in msgs] == [("h2", "failed", "connection_lost")]
-    assert pane.messages() == []
+    stays(lambda: pane.messages() == [], what="nothing pasted")
 
 
 def test_proxy_jump_goes_through_the_jump_host(sshfleet: SSHFleet, isolated: Path, cli: Any) -> None:

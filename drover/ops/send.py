@@ -155,8 +155,8 @@ async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
     owner_ok = bool(req.as_owner and cfg is not None and cfg.owner_relay)
 
     def check(recent: list[dict[str, Any]]) -> dict[str, Any] | None:
-        if unresolved is not None:
-            return None
+        if unresolved is not None:  # only the size limit means anything for a session that was not found
+            return limits.check(lim, req.host, req.id, req.text, time.time(), [])
         if req.as_owner and not owner_ok:
             return {
                 "outcome": P.REFUSED,
