@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import socket as socketlib
 import subprocess
 from typing import Dict, List, Optional
 
@@ -77,12 +78,30 @@ def version() -> Optional[str]:
 NO_TMUX_WARNING = "tmux is not installed on this host, so no tmux panes are listed"
 
 
+def alive(socket_path: str) -> bool:
+    """Does a server answer on this socket?  Probed in-process: a crashed server leaves its socket behind, and
+    asking tmux about each one costs a process per dead socket on every listing."""
+    probe = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(socket_path)
+    except (ConnectionRefusedError, FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True  # something else (permissions, a slow server): let tmux say what it is
+    finally:
+        probe.close()
+    return True
+
+
 def list_panes(warnings: List[str]) -> List[Pane]:
     panes: List[Pane] = []
     if shutil.which("tmux") is None:
         warnings.append(NO_TMUX_WARNING)
         return panes
     for socket in servers():
+        if not alive(socket):
+            continue
         try:
             out = tmux(socket, ["list-panes", "-a", "-F", FORMAT], timeout=5)
         except HelperError as exc:
