@@ -168,3 +168,23 @@ def test_stale_tmux_sockets_cost_nothing_and_hide_nothing(tmux: Tmux) -> None:
     doc = drover.run("sessions.list", {})
     assert [s["name"] for s in doc.data["sessions"]] == ["alive"] and doc.data["warnings"] == []
     assert send(pane.address, "still reachable").data["outcome"] == "delivered"
+
+
+def test_local_work_never_imports_asyncssh(tmux: Tmux) -> None:
+    """`log`, `ls` and a send to the local host pay nothing for SSH (issue 11's lean cold path)."""
+    import os
+    import subprocess
+    import sys
+
+    pane = tmux.agent("lean")
+    for args in (["log", "-n", "1"], ["ls"], ["send", pane.address, "lean and local"]):
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "drover", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=os.environ,
+        )
+        assert proc.returncode == 0, proc.stderr[-500:]
+        imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+        assert "asyncssh" not in imported, args
