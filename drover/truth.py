@@ -32,25 +32,29 @@ import fcntl
 import hashlib
 import json
 import logging
-import math
 import os
-import re
 import secrets
 import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from drover.errors import TruthDiskFull, TruthFileError, TruthUnsafe, TruthUnwritable
+from drover.record import (  # noqa: F401 - Message and well_formed are part of this module's interface
+    VERSION,
+    Message,
+    ReadStats,
+    now_iso,
+    parse,
+    well_formed,
+)
+from drover.truth_query import ORDER_SLACK_S, Queries
 
-VERSION = 1
 NAME = "truth.jsonl"
 CHUNK = 1 << 16  # the first backward read; each next one doubles, up to MAX_CHUNK
 MAX_CHUNK = 1 << 20
-ORDER_SLACK_S = 60.0  # how far file order may run ahead of time order (a writer waiting for the lock)
 HEAD_CHARS = 1000  # what an oversize refusal keeps of the text (with its length and sha256)
 LOCK_WAIT_S = 2.0  # a reader waits this long for a writer to finish its line, then reads what is there
 
@@ -76,185 +80,7 @@ def text_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def now_iso(ts: float | None = None) -> str:
-    ts = time.time() if ts is None else ts
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts * 1000) % 1000:03d}Z"
-
-
-# -- events: what a well-formed line is ---------------------------------------------------------------------------
-def _number(value: Any) -> bool:
-    if value.__class__ is float:
-        return math.isfinite(value)
-    if value.__class__ is int:  # not bool: its class is bool
-        return -(1 << 62) < value < (1 << 62)
-    return False
-
-
-_STR_OR_NONE = (str, type(None))
-_DICT_OR_NONE = (dict, type(None))
-ACCEPTED_STR = ("time", "actor", "host", "target", "text", "text_sha256")
-OUTCOME_STR = ("time", "lane", "detail", "code", "redirected_from")
-
-
-def well_formed(ev: Any) -> bool:
-    """Is this parsed line an event drover can use?  Every event is an object with a string `event` and a finite
-    number `ts`; accepted and outcome events also need a string `id` and the right types for what readers use."""
-    if ev.__class__ is not dict or not _number(ev.get("ts")):
-        return False
-    kind = ev.get("event")
-    if kind == "accepted":
-        chars = ev.get("text_chars")
-        return (
-            ev.get("id").__class__ is str
-            and all(isinstance(ev.get(k), _STR_OR_NONE) for k in ACCEPTED_STR)
-            and (chars is None or chars.__class__ is int)
-            and isinstance(ev.get("options"), _DICT_OR_NONE)
-        )
-    if kind == "outcome":
-        return (
-            ev.get("id").__class__ is str
-            and ev.get("outcome").__class__ is str
-            and all(isinstance(ev.get(k), _STR_OR_NONE) for k in OUTCOME_STR)
-            and isinstance(ev.get("session"), _DICT_OR_NONE)
-        )
-    return kind.__class__ is str  # another kind of event (from a newer drover): no reader here uses it
-
-
-_decode = json.JSONDecoder().decode
-
-
-def parse(raw: bytes) -> dict[str, Any] | None:
-    """One line -> the event, or None when it is not a well-formed event."""
-    try:
-        ev = _decode(raw.decode("utf-8", "surrogatepass"))  # as json.loads does for bytes, without the sniffing
-    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reason
-        return None
-    return ev if well_formed(ev) else None
-
-
-@dataclass
-class ReadStats:
-    """What a read skipped.  `skipped` counts lines that were not well-formed events (torn by a crash, or not
-    written by drover); `warning()` turns the count into the one warning a caller reports."""
-
-    path: str = ""
-    skipped: int = 0
-
-    def warning(self) -> dict[str, Any] | None:
-        if not self.skipped:
-            return None
-        n = self.skipped
-        return {
-            "code": "truth_lines_skipped",
-            "message": f"skipped {n} malformed line{'s' if n != 1 else ''} in {self.path} "
-            "(a write torn by a crash, or lines drover did not write)",
-            "count": n,
-            "path": self.path,
-        }
-
-    def warnings(self) -> list[dict[str, Any]]:
-        """The warning as a list (empty when nothing was skipped), also logged once on the `drover.truth` logger."""
-        w = self.warning()
-        if w is None:
-            return []
-        log.warning("drover: warning: %s", w["message"])
-        return [w]
-
-
-@dataclass
-class Message:
-    """A message folded from its events: what was asked and what became of it."""
-
-    id: str
-    time: str
-    ts: float
-    actor: str
-    host: str
-    target: str
-    text: str
-    text_chars: int
-    options: dict[str, Any] = field(default_factory=dict)
-    outcome: str | None = None
-    lane: str | None = None
-    detail: str | None = None
-    code: str | None = None
-    outcome_time: str | None = None
-    session: dict[str, Any] | None = None
-    redirected_from: str | None = None
-    verified: bool | None = None  # the receiver's own record shows it (None: drover never looked)
-    verification: str | None = None  # how drover knows, or why it cannot
-    indeterminate: bool | None = None  # drover cannot know whether it arrived
-    pasted: bool | None = None  # the text reached a pane's input box (refused after the paste)
-
-    @property
-    def pending(self) -> bool:
-        return self.outcome is None
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
-        out["pending"] = self.pending
-        return out
-
-    @classmethod
-    def accepted(cls, ev: dict[str, Any]) -> Message:
-        """From a well-formed accepted event."""
-        text = ev.get("text") or ""
-        return cls(
-            id=ev["id"],
-            time=ev.get("time") or now_iso(float(ev["ts"])),
-            ts=float(ev["ts"]),
-            actor=ev.get("actor") or "",
-            host=ev.get("host") or "",
-            target=ev.get("target") or "",
-            text=text,
-            text_chars=ev["text_chars"] if ev.get("text_chars") is not None else len(text),
-            options=dict(ev.get("options") or {}),
-        )
-
-    def apply(self, ev: dict[str, Any]) -> Message:
-        """Fold a well-formed outcome event in."""
-        self.outcome = ev["outcome"]
-        self.lane = ev.get("lane")
-        self.detail = ev.get("detail")
-        self.code = ev.get("code")
-        self.outcome_time = ev.get("time")
-        self.session = ev.get("session")
-        self.redirected_from = ev.get("redirected_from")
-        self.verified = ev.get("verified")
-        self.verification = ev.get("verification")
-        self.indeterminate = ev.get("indeterminate")
-        self.pasted = ev.get("pasted")
-        return self
-
-
-@dataclass
-class Query:
-    """The answer of `TruthFile.query`: the newest matching messages, oldest first."""
-
-    messages: list[Message]
-    total: int  # matching messages counted; all of them when `complete`, else a lower bound
-    complete: bool  # every matching message was counted (the scan reached the start of the file or the window)
-    stats: ReadStats
-
-
-ID_TIME = re.compile(r"^msg_([0-9a-f]{1,12})")
-ACCEPTED_PREFIX = f'{{"v":{VERSION},"event":"accepted","id":"'.encode()  # how drover starts an accepted line
-PLAIN_ID = re.compile(rb'([A-Za-z0-9_]{1,64})",')
-PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.:@%+=,~ -]+")
-
-
-def id_time_range(prefix: str) -> tuple[float, float] | None:
-    """The accept times (seconds) that ids starting with `prefix` can have, from the millisecond clock in them."""
-    m = ID_TIME.match(prefix)
-    if not m:
-        return None
-    digits = m.group(1)
-    shift = 4 * (12 - len(digits))
-    value = int(digits, 16)
-    return (value << shift) / 1000.0, ((value + 1) << shift) / 1000.0
-
-
-class TruthFile:
+class TruthFile(Queries):
     def __init__(self, home: Path | None = None) -> None:
         self.home = home or default_home()
         self.path = self.home / NAME
@@ -637,139 +463,3 @@ class TruthFile:
             elif kind == "outcome" and ev["id"] in by_id:
                 by_id[ev["id"]].apply(ev)
         return list(by_id.values())
-
-    def _fold_backward(
-        self,
-        stats: ReadStats,
-        stop: Callable[[dict[str, Any]], bool] | None = None,
-        want: Callable[[dict[str, Any], dict[str, Any] | None], bool] | None = None,
-        needle: bytes | None = None,
-        reject: Callable[[bytes, dict[str, Any] | None], bool] | None = None,
-    ) -> Iterator[Message]:
-        """Messages, newest first, each with its latest outcome (met first when reading backwards).
-
-        Stops before the first accepted event for which `stop` is true; `want(accepted, outcome)` skips a message
-        before it is built.  Two shortcuts spare the JSON parse of lines that cannot be in the answer: with
-        `needle`, lines that do not contain those bytes; with `reject(raw, outcome)`, accepted events as drover
-        writes them (their id read from the bytes) that it rules out."""
-        outcomes: dict[str, dict[str, Any]] = {}  # met, waiting for their accepted event (so: a few)
-        skip = None
-        if needle is not None or reject is not None:
-
-            def skip(raw: bytes) -> bool:
-                if needle is not None and needle not in raw:
-                    return True
-                if reject is None or not raw.startswith(ACCEPTED_PREFIX):
-                    return False
-                m = PLAIN_ID.match(raw, len(ACCEPTED_PREFIX))
-                if m is None:
-                    return False
-                msg_id = m.group(1).decode()
-                if not reject(raw, outcomes.get(msg_id)):
-                    return False
-                outcomes.pop(msg_id, None)
-                return True
-
-        for ev in self.backward(stats, skip=skip):
-            kind = ev["event"]
-            if kind == "outcome":
-                outcomes.setdefault(ev["id"], ev)  # the newest outcome wins, as in a forward fold
-            elif kind == "accepted":
-                if stop is not None and stop(ev):
-                    return
-                out = outcomes.pop(ev["id"], None)
-                if want is not None and not want(ev, out):
-                    continue
-                m = Message.accepted(ev)
-                if out is not None:
-                    m.apply(out)
-                yield m
-
-    def query(
-        self,
-        limit: int,
-        since_ts: float | None = None,
-        *,
-        host: str | None = None,
-        target: str | None = None,
-        actor: str | None = None,
-        outcome: str | None = None,
-        pending: bool = False,
-    ) -> Query:
-        """The newest `limit` matching messages (accepted at or after since_ts), oldest first.
-
-        Reads backwards and stops at the limit (plus one, to know whether there are more) or ORDER_SLACK_S before
-        since_ts, so the cost follows the answer.  A filter that matches fewer reads the whole file, once, and
-        parses only the accepted lines it cannot rule out from their bytes (so `stats` counts malformed lines
-        among those it parsed)."""
-        stats = ReadStats(str(self.path))
-
-        def want(acc: dict[str, Any], out: dict[str, Any] | None) -> bool:
-            return not (
-                (since_ts is not None and acc["ts"] < since_ts)
-                or (host and (acc.get("host") or "") != host)
-                or (target and (acc.get("target") or "") != target)
-                or (actor and (acc.get("actor") or "") != actor)
-                or (outcome and (out is None or out["outcome"] != outcome))
-                or (pending and out is not None)
-            )
-
-        stop = None
-        if since_ts is not None:
-            cutoff = since_ts - ORDER_SLACK_S
-
-            def stop(ev: dict[str, Any]) -> bool:
-                return bool(ev["ts"] < cutoff)
-
-        # A value any JSON encoder writes as it is: an accepted line without it cannot match.
-        values = [f'"{v}"'.encode() for v in (host, target, actor) if v and PLAIN_VALUE.fullmatch(v)]
-        reject = None
-        if values or outcome or pending:
-
-            def reject(raw: bytes, out: dict[str, Any] | None) -> bool:
-                return (
-                    (pending and out is not None)
-                    or bool(outcome and (out is None or out["outcome"] != outcome))
-                    or any(v not in raw for v in values)
-                )
-
-        found: list[Message] = []
-        complete = True
-        for m in self._fold_backward(stats, stop, want, reject=reject):
-            if len(found) == limit:
-                complete = False
-                break
-            found.append(m)
-        found.reverse()
-        total = len(found) + (0 if complete else 1)
-        return Query(found, total, complete, stats)
-
-    def find(self, ref: str) -> tuple[list[Message], int, ReadStats]:
-        """Messages whose id is `ref` (an exact match alone) or starts with it: (up to 5 of them, how many, stats).
-
-        Reads backwards and parses only the lines that contain `ref` (an id is written as it is); an exact id
-        stops the scan where it is found, and the clock in an id prefix (`msg_` and hex milliseconds) stops it
-        ORDER_SLACK_S before the earliest time that prefix can name.  Malformed lines are counted among those
-        parsed."""
-        stats = ReadStats(str(self.path))
-        span = id_time_range(ref)
-        stop = None
-        if span is not None:
-            cutoff = span[0] - ORDER_SLACK_S
-
-            def stop(ev: dict[str, Any]) -> bool:
-                return bool(ev["ts"] < cutoff)
-
-        def want(acc: dict[str, Any], _out: dict[str, Any] | None) -> bool:
-            return bool(acc["id"].startswith(ref))
-
-        plain = ref.isascii() and '"' not in ref and "\\" not in ref and ref.isprintable()
-        hits: list[Message] = []
-        count = 0
-        for m in self._fold_backward(stats, stop, want, needle=ref.encode() if plain and ref else None):
-            if m.id == ref:
-                return [m], 1, stats
-            count += 1
-            if len(hits) < 5:
-                hits.append(m)
-        return hits, count, stats

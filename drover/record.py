@@ -1,0 +1,195 @@
+"""The record's shape: what a well-formed event is, the message folded from its events, and what a read skipped.
+
+Pure data and parsing, no file access: `drover/truth.py` reads and writes the file and uses these.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+VERSION = 1
+log = logging.getLogger("drover.truth")
+
+
+def now_iso(ts: float | None = None) -> str:
+    ts = time.time() if ts is None else ts
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts * 1000) % 1000:03d}Z"
+
+
+# -- events: what a well-formed line is ---------------------------------------------------------------------------
+def _number(value: Any) -> bool:
+    if value.__class__ is float:
+        return math.isfinite(value)
+    if value.__class__ is int:  # not bool: its class is bool
+        return -(1 << 62) < value < (1 << 62)
+    return False
+
+
+_STR_OR_NONE = (str, type(None))
+_DICT_OR_NONE = (dict, type(None))
+ACCEPTED_STR = ("time", "actor", "host", "target", "text", "text_sha256")
+OUTCOME_STR = ("time", "lane", "detail", "code", "redirected_from")
+
+
+def well_formed(ev: Any) -> bool:
+    """Is this parsed line an event drover can use?  Every event is an object with a string `event` and a finite
+    number `ts`; accepted and outcome events also need a string `id` and the right types for what readers use."""
+    if ev.__class__ is not dict or not _number(ev.get("ts")):
+        return False
+    kind = ev.get("event")
+    if kind == "accepted":
+        chars = ev.get("text_chars")
+        return (
+            ev.get("id").__class__ is str
+            and all(isinstance(ev.get(k), _STR_OR_NONE) for k in ACCEPTED_STR)
+            and (chars is None or chars.__class__ is int)
+            and isinstance(ev.get("options"), _DICT_OR_NONE)
+        )
+    if kind == "outcome":
+        return (
+            ev.get("id").__class__ is str
+            and ev.get("outcome").__class__ is str
+            and all(isinstance(ev.get(k), _STR_OR_NONE) for k in OUTCOME_STR)
+            and isinstance(ev.get("session"), _DICT_OR_NONE)
+        )
+    return kind.__class__ is str  # another kind of event (from a newer drover): no reader here uses it
+
+
+_decode = json.JSONDecoder().decode
+
+
+def parse(raw: bytes) -> dict[str, Any] | None:
+    """One line -> the event, or None when it is not a well-formed event."""
+    try:
+        ev = _decode(raw.decode("utf-8", "surrogatepass"))  # as json.loads does for bytes, without the sniffing
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reason
+        return None
+    return ev if well_formed(ev) else None
+
+
+@dataclass
+class ReadStats:
+    """What a read skipped.  `skipped` counts lines that were not well-formed events (torn by a crash, or not
+    written by drover); `warning()` turns the count into the one warning a caller reports."""
+
+    path: str = ""
+    skipped: int = 0
+
+    def warning(self) -> dict[str, Any] | None:
+        if not self.skipped:
+            return None
+        n = self.skipped
+        return {
+            "code": "truth_lines_skipped",
+            "message": f"skipped {n} malformed line{'s' if n != 1 else ''} in {self.path} "
+            "(a write torn by a crash, or lines drover did not write)",
+            "count": n,
+            "path": self.path,
+        }
+
+    def warnings(self) -> list[dict[str, Any]]:
+        """The warning as a list (empty when nothing was skipped), also logged once on the `drover.truth` logger."""
+        w = self.warning()
+        if w is None:
+            return []
+        log.warning("drover: warning: %s", w["message"])
+        return [w]
+
+
+@dataclass
+class Message:
+    """A message folded from its events: what was asked and what became of it."""
+
+    id: str
+    time: str
+    ts: float
+    actor: str
+    host: str
+    target: str
+    text: str
+    text_chars: int
+    options: dict[str, Any] = field(default_factory=dict)
+    outcome: str | None = None
+    lane: str | None = None
+    detail: str | None = None
+    code: str | None = None
+    outcome_time: str | None = None
+    session: dict[str, Any] | None = None
+    redirected_from: str | None = None
+    verified: bool | None = None  # the receiver's own record shows it (None: drover never looked)
+    verification: str | None = None  # how drover knows, or why it cannot
+    indeterminate: bool | None = None  # drover cannot know whether it arrived
+    pasted: bool | None = None  # the text reached a pane's input box (refused after the paste)
+
+    @property
+    def pending(self) -> bool:
+        return self.outcome is None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["pending"] = self.pending
+        return out
+
+    @classmethod
+    def accepted(cls, ev: dict[str, Any]) -> Message:
+        """From a well-formed accepted event."""
+        text = ev.get("text") or ""
+        return cls(
+            id=ev["id"],
+            time=ev.get("time") or now_iso(float(ev["ts"])),
+            ts=float(ev["ts"]),
+            actor=ev.get("actor") or "",
+            host=ev.get("host") or "",
+            target=ev.get("target") or "",
+            text=text,
+            text_chars=ev["text_chars"] if ev.get("text_chars") is not None else len(text),
+            options=dict(ev.get("options") or {}),
+        )
+
+    def apply(self, ev: dict[str, Any]) -> Message:
+        """Fold a well-formed outcome event in."""
+        self.outcome = ev["outcome"]
+        self.lane = ev.get("lane")
+        self.detail = ev.get("detail")
+        self.code = ev.get("code")
+        self.outcome_time = ev.get("time")
+        self.session = ev.get("session")
+        self.redirected_from = ev.get("redirected_from")
+        self.verified = ev.get("verified")
+        self.verification = ev.get("verification")
+        self.indeterminate = ev.get("indeterminate")
+        self.pasted = ev.get("pasted")
+        return self
+
+
+@dataclass
+class Query:
+    """The answer of `TruthFile.query`: the newest matching messages, oldest first."""
+
+    messages: list[Message]
+    total: int  # matching messages counted; all of them when `complete`, else a lower bound
+    complete: bool  # every matching message was counted (the scan reached the start of the file or the window)
+    stats: ReadStats
+
+
+ID_TIME = re.compile(r"^msg_([0-9a-f]{1,12})")
+ACCEPTED_PREFIX = f'{{"v":{VERSION},"event":"accepted","id":"'.encode()  # how drover starts an accepted line
+PLAIN_ID = re.compile(rb'([A-Za-z0-9_]{1,64})",')
+PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.:@%+=,~ -]+")
+
+
+def id_time_range(prefix: str) -> tuple[float, float] | None:
+    """The accept times (seconds) that ids starting with `prefix` can have, from the millisecond clock in them."""
+    m = ID_TIME.match(prefix)
+    if not m:
+        return None
+    digits = m.group(1)
+    shift = 4 * (12 - len(digits))
+    value = int(digits, 16)
+    return (value << shift) / 1000.0, ((value + 1) << shift) / 1000.0

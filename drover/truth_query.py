@@ -1,0 +1,162 @@
+"""The questions `drover log` asks of the truth file -- the newest N matching messages, one message by id -- answered
+by reading backwards from the end and stopping at the answer, so their cost follows what they return.
+
+A mixin of `TruthFile` (drover/truth.py), which supplies the backward stream of well-formed events.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from drover.record import ACCEPTED_PREFIX, PLAIN_ID, PLAIN_VALUE, Message, Query, ReadStats, id_time_range
+
+ORDER_SLACK_S = 60.0  # how far file order may run ahead of time order (a writer waiting for the lock)
+
+
+class Queries(ABC):
+    path: Path
+
+    @abstractmethod
+    def backward(
+        self, stats: ReadStats | None = None, fd: int | None = None, skip: Callable[[bytes], bool] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Well-formed events, newest first."""
+
+    def _fold_backward(
+        self,
+        stats: ReadStats,
+        stop: Callable[[dict[str, Any]], bool] | None = None,
+        want: Callable[[dict[str, Any], dict[str, Any] | None], bool] | None = None,
+        needle: bytes | None = None,
+        reject: Callable[[bytes, dict[str, Any] | None], bool] | None = None,
+    ) -> Iterator[Message]:
+        """Messages, newest first, each with its latest outcome (met first when reading backwards).
+
+        Stops before the first accepted event for which `stop` is true; `want(accepted, outcome)` skips a message
+        before it is built.  Two shortcuts spare the JSON parse of lines that cannot be in the answer: with
+        `needle`, lines that do not contain those bytes; with `reject(raw, outcome)`, accepted events as drover
+        writes them (their id read from the bytes) that it rules out."""
+        outcomes: dict[str, dict[str, Any]] = {}  # met, waiting for their accepted event (so: a few)
+        skip = None
+        if needle is not None or reject is not None:
+
+            def skip(raw: bytes) -> bool:
+                if needle is not None and needle not in raw:
+                    return True
+                if reject is None or not raw.startswith(ACCEPTED_PREFIX):
+                    return False
+                m = PLAIN_ID.match(raw, len(ACCEPTED_PREFIX))
+                if m is None:
+                    return False
+                msg_id = m.group(1).decode()
+                if not reject(raw, outcomes.get(msg_id)):
+                    return False
+                outcomes.pop(msg_id, None)
+                return True
+
+        for ev in self.backward(stats, skip=skip):
+            kind = ev["event"]
+            if kind == "outcome":
+                outcomes.setdefault(ev["id"], ev)  # the newest outcome wins, as in a forward fold
+            elif kind == "accepted":
+                if stop is not None and stop(ev):
+                    return
+                out = outcomes.pop(ev["id"], None)
+                if want is not None and not want(ev, out):
+                    continue
+                m = Message.accepted(ev)
+                if out is not None:
+                    m.apply(out)
+                yield m
+
+    def query(
+        self,
+        limit: int,
+        since_ts: float | None = None,
+        *,
+        host: str | None = None,
+        target: str | None = None,
+        actor: str | None = None,
+        outcome: str | None = None,
+        pending: bool = False,
+    ) -> Query:
+        """The newest `limit` matching messages (accepted at or after since_ts), oldest first.
+
+        Reads backwards and stops at the limit (plus one, to know whether there are more) or ORDER_SLACK_S before
+        since_ts, so the cost follows the answer.  A filter that matches fewer reads the whole file, once, and
+        parses only the accepted lines it cannot rule out from their bytes (so `stats` counts malformed lines
+        among those it parsed)."""
+        stats = ReadStats(str(self.path))
+
+        def want(acc: dict[str, Any], out: dict[str, Any] | None) -> bool:
+            return not (
+                (since_ts is not None and acc["ts"] < since_ts)
+                or (host and (acc.get("host") or "") != host)
+                or (target and (acc.get("target") or "") != target)
+                or (actor and (acc.get("actor") or "") != actor)
+                or (outcome and (out is None or out["outcome"] != outcome))
+                or (pending and out is not None)
+            )
+
+        stop = None
+        if since_ts is not None:
+            cutoff = since_ts - ORDER_SLACK_S
+
+            def stop(ev: dict[str, Any]) -> bool:
+                return bool(ev["ts"] < cutoff)
+
+        # A value any JSON encoder writes as it is: an accepted line without it cannot match.
+        values = [f'"{v}"'.encode() for v in (host, target, actor) if v and PLAIN_VALUE.fullmatch(v)]
+        reject = None
+        if values or outcome or pending:
+
+            def reject(raw: bytes, out: dict[str, Any] | None) -> bool:
+                return (
+                    (pending and out is not None)
+                    or bool(outcome and (out is None or out["outcome"] != outcome))
+                    or any(v not in raw for v in values)
+                )
+
+        found: list[Message] = []
+        complete = True
+        for m in self._fold_backward(stats, stop, want, reject=reject):
+            if len(found) == limit:
+                complete = False
+                break
+            found.append(m)
+        found.reverse()
+        total = len(found) + (0 if complete else 1)
+        return Query(found, total, complete, stats)
+
+    def find(self, ref: str) -> tuple[list[Message], int, ReadStats]:
+        """Messages whose id is `ref` (an exact match alone) or starts with it: (up to 5 of them, how many, stats).
+
+        Reads backwards and parses only the lines that contain `ref` (an id is written as it is); an exact id
+        stops the scan where it is found, and the clock in an id prefix (`msg_` and hex milliseconds) stops it
+        ORDER_SLACK_S before the earliest time that prefix can name.  Malformed lines are counted among those
+        parsed."""
+        stats = ReadStats(str(self.path))
+        span = id_time_range(ref)
+        stop = None
+        if span is not None:
+            cutoff = span[0] - ORDER_SLACK_S
+
+            def stop(ev: dict[str, Any]) -> bool:
+                return bool(ev["ts"] < cutoff)
+
+        def want(acc: dict[str, Any], _out: dict[str, Any] | None) -> bool:
+            return bool(acc["id"].startswith(ref))
+
+        plain = ref.isascii() and '"' not in ref and "\\" not in ref and ref.isprintable()
+        hits: list[Message] = []
+        count = 0
+        for m in self._fold_backward(stats, stop, want, needle=ref.encode() if plain and ref else None):
+            if m.id == ref:
+                return [m], 1, stats
+            count += 1
+            if len(hits) < 5:
+                hits.append(m)
+        return hits, count, stats
