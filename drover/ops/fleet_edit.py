@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import Field
 
 from drover import fleet as fleet_mod
+from drover import fleet_file
 from drover.ops.core import Context, Request, Result, op
 
 
@@ -62,8 +63,8 @@ async def fleet_add(ctx: Context, req: AddRequest) -> Result:
         if key not in ("name", "ssh", "replace") and value not in (None, []):
             entry[key] = value
     # `created` is decided under the fleet's lock: of two concurrent adds to a missing file, one created it.
-    fleet, path, created = fleet_mod.edit(
-        ctx.fleet_path, lambda text, p: fleet_mod.add_host(text, p, req.name, entry, req.replace)
+    fleet, path, created = fleet_file.edit(
+        ctx.fleet_path, lambda text, p: fleet_file.add_host(text, p, req.name, entry, req.replace)
     )
     ctx.forget_fleet()
     return Result({"path": str(path), "created": created, "host": req.name, "entry": entry, "hosts": fleet.host_names()})
@@ -72,6 +73,8 @@ async def fleet_add(ctx: Context, req: AddRequest) -> Result:
 @op("fleet.remove", RemoveRequest, "remove a host from fleet.toml, keeping its comments", "drover fleet remove")
 async def fleet_remove(ctx: Context, req: RemoveRequest) -> Result:
     # A missing file has no host to remove: that is said (exit 6) without creating its directory or lock file.
-    fleet, path, _created = fleet_mod.edit(ctx.fleet_path, lambda text, p: fleet_mod.remove_host(text, p, req.name), create=False)
+    fleet, path, _created = fleet_file.edit(
+        ctx.fleet_path, lambda text, p: fleet_file.remove_host(text, p, req.name), create=False
+    )
     ctx.forget_fleet()
     return Result({"path": str(path), "host": req.name, "hosts": fleet.host_names()})
