@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 from drover.errors import ConfigError, DroverError, FleetInvalid, UnknownHost, UsageError
 from drover.fleet import Fleet, _not_regular, find_path, parse, read_text
 
+
 class InvalidEdit(FleetInvalid):
     """The edited fleet would not validate: nothing was written."""
 
