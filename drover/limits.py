@@ -52,7 +52,12 @@ def check(limits: Limits, host: str, target: str, text: str, now: float, recent:
             "code": "too_large",
             "detail": f"the text has {len(text):,} characters, over the limit of {limits.max_chars:,}: split it or send a path",
         }
-    outcomes = {e.get("id"): e.get("outcome") for e in recent if e.get("event") == "outcome"}
+    # An outcome that may have reached the receiver (indeterminate, or pasted into its box) counts as sent.
+    outcomes = {
+        e.get("id"): ("sent?" if e.get("indeterminate") or e.get("pasted") else e.get("outcome"))
+        for e in recent
+        if e.get("event") == "outcome"
+    }
     sent = [
         e
         for e in recent

@@ -126,6 +126,7 @@ class Message:
     verification: str | None = None  # how drover knows, or why it cannot
     indeterminate: bool | None = None  # drover cannot know whether it arrived
     pasted: bool | None = None  # the text reached a pane's input box (refused after the paste)
+    uncertain: bool = False  # some attempt may have reached the receiver, or the send itself left no outcome
 
     @property
     def pending(self) -> bool:

@@ -204,6 +204,30 @@ class TruthFile(Queries):
             raise
         return fd
 
+    # -- a message being worked on ------------------------------------------------------------------------------
+    @contextmanager
+    def working_on(self, msg_id: str, exclusive: bool) -> Iterator[bool]:
+        """Who is working on a message.  A send holds its message shared from its accepted event to its outcome;
+        a retry takes it exclusively and without waiting (yields False when it cannot), so a retry never races the
+        send it finishes, or another retry.  256 lock files, one per slot of the id's hash: two messages that share
+        a slot only make a retry wait for the other's send to end."""
+        slot = int(hashlib.sha256(msg_id.encode()).hexdigest()[:4], 16) % 256
+        folder = self.home / "locks"
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+            fd = os.open(folder / f"slot-{slot:03d}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise self._error(exc, "lock a message in") from None
+        try:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_EX | fcntl.LOCK_NB) if exclusive else fcntl.LOCK_SH)
+                held = True
+            except BlockingIOError:
+                held = False
+            yield held
+        finally:
+            os.close(fd)
+
     # -- writing -----------------------------------------------------------------------------------------------
     @contextmanager
     def locked(self) -> Iterator[int]:

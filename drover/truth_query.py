@@ -16,6 +16,10 @@ from drover.record import ACCEPTED_PREFIX, PLAIN_ID, PLAIN_VALUE, Message, Query
 ORDER_SLACK_S = 60.0  # how far file order may run ahead of time order (a writer waiting for the lock)
 
 
+def _may_have_arrived(ev: dict[str, Any]) -> bool:
+    return bool(ev.get("indeterminate") or ev.get("pasted") or ev.get("outcome") in ("delivered", "queuedBehindTurn", "held"))
+
+
 class Queries(ABC):
     path: Path
 
@@ -40,6 +44,10 @@ class Queries(ABC):
         `needle`, lines that do not contain those bytes; with `reject(raw, outcome)`, accepted events as drover
         writes them (their id read from the bytes) that it rules out."""
         outcomes: dict[str, dict[str, Any]] = {}  # met, waiting for their accepted event (so: a few)
+        # Whether any attempt may have reached the receiver (or the first outcome was not the send's own): a
+        # later refusal does not make such a message provably unsent.
+        uncertain: dict[str, bool] = {}
+        oldest: dict[str, dict[str, Any]] = {}
         skip = None
         if needle is not None or reject is not None:
 
@@ -61,6 +69,8 @@ class Queries(ABC):
             kind = ev["event"]
             if kind == "outcome":
                 outcomes.setdefault(ev["id"], ev)  # the newest outcome wins, as in a forward fold
+                uncertain[ev["id"]] = uncertain.get(ev["id"], False) or _may_have_arrived(ev)
+                oldest[ev["id"]] = ev
             elif kind == "accepted":
                 if stop is not None and stop(ev):
                     return
@@ -70,6 +80,8 @@ class Queries(ABC):
                 m = Message.accepted(ev)
                 if out is not None:
                     m.apply(out)
+                    first = oldest.pop(ev["id"], out)
+                    m.uncertain = uncertain.pop(ev["id"], False) or "attempt" in first
                 yield m
 
     def query(

@@ -182,10 +182,11 @@ async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
         return _result(ctx, msg_id, {**base, "recorded": True}, {"outcome": P.REFUSED, "lane": None, **refusal}, req.host)
     if unresolved is not None:
         return _result(ctx, msg_id, base, _failure(unresolved, sent=False), req.host)
-    fault("after_accept")
-    outcome = await _deliver(ctx, req.host, msg_id, req.text, actor, options)
-    fault("before_outcome")
-    return _result(ctx, msg_id, base, outcome, req.host)
+    with ctx.truth.working_on(msg_id, exclusive=False):  # a retry of this message waits until it has its outcome
+        fault("after_accept")
+        outcome = await _deliver(ctx, req.host, msg_id, req.text, actor, options)
+        fault("before_outcome")
+        return _result(ctx, msg_id, base, outcome, req.host)
 
 
 # -- finishing a message later -----------------------------------------------------------------------------------
@@ -231,7 +232,11 @@ async def messages_verify(ctx: Context, req: VerifyRequest) -> Result:
         todo = [_one(ctx, ref) for ref in req.ids]
     else:
         recent = ctx.truth.query(limit=max(req.limit * 5, 50)).messages
-        todo = [m for m in recent if m.outcome in (P.DELIVERED, P.QUEUED) and not m.verified][-req.limit :]
+        todo = [
+            m
+            for m in recent
+            if (m.outcome in (P.DELIVERED, P.QUEUED) and not m.verified) or (m.outcome == P.FAILED and m.indeterminate)
+        ][-req.limit :]
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     for m in todo:
@@ -254,55 +259,73 @@ async def messages_verify(ctx: Context, req: VerifyRequest) -> Result:
     return Result({"messages": rows, "unverified": len(unverified)}, errors, ExitCode.OK if not errors else ExitCode.PARTIAL)
 
 
+# Refused by drover's own policy: a retry would only undo that decision, not finish a delivery.
+POLICY_REFUSALS = {P.DUPLICATE, P.RATE_LIMITED, P.TOO_LARGE, P.OWNER_RELAY_OFF}
+
+
+def _not_now(m: Message, code: str, detail: str, lane: str | None = None) -> dict[str, Any]:
+    """A retry that does nothing: said to the caller, never recorded (it changes nothing about the message)."""
+    return {"outcome": P.REFUSED, "lane": lane or m.lane, "code": code, "detail": detail}
+
+
 @op("messages.retry", RetryRequest, "finish a pending, failed or uncertain message: exactly once, never twice", "drover retry")
 async def messages_retry(ctx: Context, req: RetryRequest) -> Result:
     m = _one(ctx, req.id)
     base = {"host": m.host, "target": m.target, "actor": m.actor, "retry": True}
+    told = {**base, "recorded": True}
+    with ctx.truth.working_on(m.id, exclusive=True) as mine:
+        if not mine:
+            busy = "the message is being sent right now (or retried): look again when that has finished"
+            return _result(ctx, m.id, told, _not_now(m, P.BUSY, busy), m.host)
+        m = _one(ctx, m.id)  # as it stands now that nobody else is working on it
+        return await _retry(ctx, m, base, told)
+
+
+async def _retry(ctx: Context, m: Message, base: dict[str, Any], told: dict[str, Any]) -> Result:
     if m.outcome in (P.DELIVERED, P.QUEUED) and m.verified:
-        done = {
-            "outcome": m.outcome,
-            "lane": m.lane,
-            "detail": "already in the receiver's record: nothing to do",
-            "verified": True,
-        }
-        return _result(ctx, m.id, {**base, "recorded": True}, done, m.host)
+        done: dict[str, Any] = {"outcome": m.outcome, "lane": m.lane, "verified": True}
+        done["detail"] = "already in the receiver's record: nothing to do"
+        return _result(ctx, m.id, told, done, m.host)
+    if m.code in POLICY_REFUSALS:
+        why = f"drover's own limits refused it ({m.code}): send it again with `drover send` if you mean it"
+        return _result(ctx, m.id, told, _not_now(m, str(m.code), why), m.host)
     if len(m.text) < m.text_chars:
         raise DroverError(f"{m.id} was stored without its whole text (it was refused as too large): nothing to retry")
+    if m.options.get("as_owner"):
+        cfg = ctx.fleet.host(m.host)
+        if not cfg.owner_relay:
+            why = f"--as-owner is not allowed for {m.host} (owner_relay is off)"
+            return _result(ctx, m.id, told, _not_now(m, P.OWNER_RELAY_OFF, why), m.host)
     seen = await _look(ctx, m)
+    if m.options.get("identity") and seen.get("identity") != m.options["identity"]:
+        why = (
+            f"the session this message was for is gone ({m.options['identity']}); {m.options.get('pin')} is now "
+            f"{seen.get('identity')}: drover never redirects a message to another session"
+        )
+        return _result(ctx, m.id, told, _not_now(m, P.SESSION_EXITED, why) | {"error_class": "target"}, m.host)
     deadline = time.monotonic() + SETTLE_WAIT_S
     while seen["found"] is False and seen.get("status") == "idle" and not _settled(seen, m) and time.monotonic() < deadline:
         await asyncio.sleep(0.5)  # just went idle: give anything queued in it the moment it takes to reach the record
         seen = await _look(ctx, m)
     if seen["found"]:
-        return _result(
-            ctx,
-            m.id,
-            base,
-            _verified_outcome(m, seen, "it had arrived after all (found in the receiver's record): not sent again"),
-            m.host,
-        )
+        found = _verified_outcome(m, seen, "it had arrived after all (found in the receiver's record): not sent again")
+        return _result(ctx, m.id, base, found, m.host)
     if seen.get("in_input"):
         # Pasted, never submitted (the sender died before Enter): submit that very text, if the box holds exactly it.
         finished = await _deliver(ctx, m.host, m.id, m.text, m.actor, {**m.options, "finish": True})
         finished["attempt"] = "finish"
+        if finished.get("outcome") == P.REFUSED:
+            return _result(ctx, m.id, told, finished, m.host)
         return _result(ctx, m.id, base, finished, m.host)
-    provably_unsent = (m.outcome == P.REFUSED and not m.pasted) or (m.outcome == P.FAILED and not m.indeterminate)
+    provably_unsent = not m.uncertain and (
+        (m.outcome == P.REFUSED and not m.pasted) or (m.outcome == P.FAILED and not m.indeterminate)
+    )
     if seen["found"] is None and not provably_unsent:
-        unknown = {
-            "outcome": P.REFUSED,
-            "lane": seen["lane"],
-            "code": P.CANNOT_VERIFY,
-            "detail": f"drover cannot prove it did not arrive ({seen['how']}), so it will not risk sending it twice",
-        }
-        return _result(ctx, m.id, base, unknown, m.host)
+        why = f"drover cannot prove it did not arrive ({seen['how']}), so it will not risk sending it twice"
+        return _result(ctx, m.id, told, _not_now(m, P.CANNOT_VERIFY, why, seen["lane"]), m.host)
     if seen["found"] is False and not _settled(seen, m):
-        busy = {
-            "outcome": P.REFUSED,
-            "lane": seen["lane"],
-            "code": P.BUSY,
-            "detail": f"the session is {seen.get('status')}: a message queued in it may still arrive; retry when it is idle",
-        }
-        return _result(ctx, m.id, base, busy, m.host)
+        why = f"the session is {seen.get('status')}: a message queued in it may still arrive; retry when it is idle"
+        return _result(ctx, m.id, told, _not_now(m, P.BUSY, why, seen["lane"]), m.host)
     outcome = await _deliver(ctx, m.host, m.id, m.text, m.actor, m.options)
     outcome["attempt"] = "retry"
     return _result(ctx, m.id, base, outcome, m.host)

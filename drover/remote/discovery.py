@@ -137,7 +137,8 @@ def identity(session: Session) -> str:
     """What a session is, however it was named: a Claude session's id, else its tmux server and pane."""
     if "_record" in session:
         return "claude:%s" % session["id"]
-    return "tmux:%s/%s" % (session["server"], session["id"])
+    # With the pane's process: a new tmux server reuses `%0`, and a message is never redirected to the newcomer.
+    return "tmux:%s/%s@%s" % (session["server"], session["id"], session.get("pid"))
 
 
 def pin(session: Session) -> str:

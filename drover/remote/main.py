@@ -111,6 +111,7 @@ def op_verify(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     seen = verify.find(session, args, args.get("lane") or "tmux")
     seen["in_input"] = verify.in_input(session, args, profiles)
     seen["session"] = discovery.public(session)
+    seen["identity"] = discovery.identity(session)
     rec = session.get("_record")
     if rec is not None:
         now = claude.record_now(rec) or rec

@@ -126,9 +126,10 @@ def _squeeze(text: str) -> str:
 
 
 def shows_paste(text: str, pasted: str, profile: Profile) -> bool:
-    """Does the input box hold what was pasted, and nothing else?  Its start and its end (a person typing right
-    after the paste landed adds to the end), or -- all of it -- the engine's own marker for a long paste
-    ("[Pasted text #1 +50 lines]")."""
+    """Does the input box hold exactly what was pasted, and nothing else?  All of it, as the box wraps it; or, when
+    the program elides a long text's middle ("…"), its first and last 60 characters (drover's id is in the first,
+    the end of the body in the last: a person's edit or another message does not pass); or -- all of the box --
+    the engine's own marker for a long paste ("[Pasted text #1 +50 lines]")."""
     if any(re.fullmatch(p, text.strip()) for p in profile.get("paste_marker", [])):
         return True
     box, want = _squeeze(text), _squeeze(pasted)
@@ -136,8 +137,8 @@ def shows_paste(text: str, pasted: str, profile: Profile) -> bool:
         return False
     if box == want:
         return True
-    edge = min(20, len(want))
-    return len(box) >= 2 * edge and box.startswith(want[:edge]) and box.endswith(want[-edge:])
+    edge = min(60, len(want) // 2)
+    return "…" in text and box.startswith(want[:edge]) and box.endswith(want[-edge:])
 
 
 def paste_allowed(seen: Dict[str, Any], profile: Profile) -> bool:

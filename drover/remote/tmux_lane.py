@@ -281,7 +281,9 @@ def _deliver_locked(session: Session, payload: str, args: Dict[str, Any], profil
                 "%s was pressed but the text is still in the input box: it was not submitted, and drover sends nothing "
                 "more here until it is cleared" % key
             )
-            return dict(refusal(P.NOT_SUBMITTED, detail, session), outcome=P.FAILED, pasted=True, left_in_input=True)
+            # A slow program may still take it: not provably unsent, so never retried blindly.
+            outcome = dict(refusal(P.NOT_SUBMITTED, detail, session), outcome=P.FAILED, pasted=True, left_in_input=True)
+            return dict(outcome, indeterminate=True)
     except HelperError as exc:
         # The text is in the pane; whether Enter went is unknown. Say so, never "delivered".
         return {

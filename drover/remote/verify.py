@@ -10,6 +10,7 @@ Also whether the text sits unsent in the pane's input box, which a retry must kn
 """
 
 import glob
+import json
 import os
 import time
 from typing import Any, Dict, Iterable, List, Optional
@@ -25,8 +26,24 @@ from .transcripts import codex_home
 TAIL_BYTES = 8 << 20
 
 
+def _shows(value: object, marks: List[str]) -> bool:
+    """Does a decoded record hold the message: an origin whose msg_id is ours (Claude's inbox), or a text that
+    carries drover's own envelope with our id?  A record that merely mentions the id (a log quoted in a chat)
+    does not count: drover's envelope disarms every opening tag inside a message's body."""
+    if isinstance(value, dict):
+        origin = value.get("origin")
+        if isinstance(origin, dict) and origin.get("msg_id") in marks:
+            return True
+        return any(_shows(v, marks) for v in value.values())
+    if isinstance(value, list):
+        return any(_shows(v, marks) for v in value)
+    if isinstance(value, str):
+        return any('<cross-session-message from-session="%s"' % m in value for m in marks)
+    return False
+
+
 def _contains(paths: Iterable[str], needles: List[str], since: float = 0.0) -> Optional[str]:
-    """The first file (modified since `since`) whose tail holds any needle."""
+    """The first file (modified since `since`) whose tail holds a record of the message."""
     wanted = [n.encode("utf-8") for n in needles if n]
     for path in paths:
         try:
@@ -38,8 +55,15 @@ def _contains(paths: Iterable[str], needles: List[str], since: float = 0.0) -> O
                 data = f.read()
         except OSError:
             continue
-        if any(n in data for n in wanted):
-            return path
+        for line in data.splitlines():
+            if not any(n in line for n in wanted):
+                continue
+            try:
+                record = json.loads(line.decode("utf-8", "replace"))
+            except ValueError:
+                continue
+            if _shows(record, needles):
+                return path
     return None
 
 
