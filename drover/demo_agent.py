@@ -21,6 +21,7 @@ import sys
 import termios
 import time
 
+BOX_LINES = 6
 PASTE_START = "\x1b[200~"
 PASTE_END = "\x1b[201~"
 KEY_NAMES = {"\x1b[A": "Up", "\x1b[B": "Down", "\x1b[C": "Right", "\x1b[D": "Left", "\x1b": "Esc"}
@@ -76,13 +77,18 @@ class Agent:
         else:
             for msg in self.history[-(rows - 9) :]:
                 lines.append(" › " + msg.replace("\n", " ⏎ ")[: cols - 5])
-            while len(lines) < rows - 5:
+            # The input box wraps the text over up to BOX_LINES lines, as the real programs' boxes do; a longer text
+            # shows its first and last lines with "…" between them.
+            width = max(10, cols - 4)
+            flat = self.buf.replace("\n", " ⏎ ")
+            rows_of = [flat[i : i + width] for i in range(0, len(flat), width)] or [""]
+            if len(rows_of) > BOX_LINES:
+                half = BOX_LINES // 2
+                rows_of = [*rows_of[:half], "…", *rows_of[-half:]]
+            box = ["❯ " + rows_of[0], *("  " + row for row in rows_of[1:])]
+            while len(lines) < rows - 4 - len(box):
                 lines.append("")
-            preview = self.buf.replace("\n", " ⏎ ")
-            if len(preview) > cols - 4:  # the start and the end, as input boxes show a long text
-                keep = (cols - 7) // 2
-                preview = preview[:keep] + " … " + preview[-keep:]
-            lines += [rule, "❯ " + preview, rule]
+            lines += [rule, *box, rule]
             if self.busy():
                 lines.append("  ✻ Working… (esc to interrupt)")
             else:

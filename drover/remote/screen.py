@@ -137,8 +137,12 @@ def shows_paste(text: str, pasted: str, profile: Profile) -> bool:
         return False
     if box == want:
         return True
-    edge = min(60, len(want) // 2)
-    return "…" in text and box.startswith(want[:edge]) and box.endswith(want[-edge:])
+    if "…" not in text:
+        return False
+    # The program shows the start and the end: each must be ours, and long enough to tell messages apart.
+    head, _, tail = text.partition("…")
+    head, tail = _squeeze(head), _squeeze(tail)
+    return len(head) >= 40 and len(tail) >= 20 and want.startswith(head) and want.endswith(tail)
 
 
 def paste_allowed(seen: Dict[str, Any], profile: Profile) -> bool:
