@@ -237,6 +237,22 @@ def remote_agent(fleet: Any, host: str, session: str, tmp: Path) -> Pane:
     return pane
 
 
+def helper_pids(host: str) -> list[int]:
+    """The drover helpers at work on one host of the SSH fleet (its bootstrap names itself drover_boot)."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if b"drover_boot" in cmdline and f"DROVER_TEST_HOST={host}".encode() in environ.split(b"\0"):
+            pids.append(int(pid))
+    return pids
+
+
 @pytest.fixture(scope="session")
 def claude_binary() -> Path:
     from tests.claudelab import ensure_binary

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import drover
-from tests.conftest import ROOT, remote_agent, stays, wait_for
+from tests.conftest import ROOT, helper_pids, remote_agent, stays, wait_for
 from tests.sshfleet import SSHFleet, free_port, keygen
 
 
@@ -181,21 +181,6 @@ def test_unknown_host_key_is_refused_unless_accept_new(sshfleet: SSHFleet, isola
     assert cli("ls", "--host", "newbox").code == 0
 
 
-def _helper_pids(host: str) -> list[int]:
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if b"drover_boot" in cmdline and f"DROVER_TEST_HOST={host}".encode() in environ.split(b"\0"):
-            pids.append(int(pid))
-    return pids
-
-
 def test_connection_killed_mid_send_is_failed_never_delivered(sshfleet: SSHFleet, isolated: Path) -> None:
     from drover.remote.tmux_lane import PaneLock
 
@@ -210,7 +195,7 @@ def test_connection_killed_mid_send_is_failed_never_delivered(sshfleet: SSHFleet
             text=True,
         )
         wait_for(lambda: drover.run("messages.list", {}).data["messages"], what="the accepted event")
-        helpers = wait_for(lambda: _helper_pids("h2"), what="the delivering helper to run on h2")
+        helpers = wait_for(lambda: helper_pids("h2"), what="the delivering helper to run on h2")
         sshd_session = int(Path(f"/proc/{helpers[0]}/stat").read_text().rsplit(")", 1)[1].split()[1])
         os.kill(sshd_session, signal.SIGKILL)  # the SSH connection dies under the request
         for pid in helpers:

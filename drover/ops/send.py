@@ -119,11 +119,11 @@ async def _deliver(ctx: Context, host: str, msg_id: str, text: str, actor: str, 
 INTERRUPTED = "interrupted while the message was on its way: it may or may not have arrived (`drover retry ID` finds out)"
 
 
-def _result(ctx: Context, msg_id: str, base: dict[str, Any], outcome: dict[str, Any], host: str) -> Result:
-    warning = _record(ctx, msg_id, outcome) if "recorded" not in base else None
+def _result(ctx: Context, msg_id: str, base: dict[str, Any], outcome: dict[str, Any], host: str, record: bool = True) -> Result:
+    """The op's answer; with `record`, the outcome is written to the truth file first."""
+    warning = _record(ctx, msg_id, outcome) if record else None
     data = {"id": msg_id, **base, **outcome}
     data.pop("error_class", None)
-    data.pop("recorded", None)
     if warning:
         data["warnings"] = [*data.get("warnings", []), warning]
     exit_code = _exit_for(outcome)
@@ -179,7 +179,8 @@ async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
     )
     base = {"host": req.host, "target": req.id, "actor": actor}
     if refusal is not None:
-        return _result(ctx, msg_id, {**base, "recorded": True}, {"outcome": P.REFUSED, "lane": None, **refusal}, req.host)
+        # accept() wrote the refusal with its accepted event, in the same write
+        return _result(ctx, msg_id, base, {"outcome": P.REFUSED, "lane": None, **refusal}, req.host, record=False)
     if unresolved is not None:
         return _result(ctx, msg_id, base, _failure(unresolved, sent=False), req.host)
     with ctx.truth.working_on(msg_id, exclusive=False):  # a retry of this message waits until it has its outcome
@@ -272,37 +273,36 @@ def _not_now(m: Message, code: str, detail: str, lane: str | None = None) -> dic
 async def messages_retry(ctx: Context, req: RetryRequest) -> Result:
     m = _one(ctx, req.id)
     base = {"host": m.host, "target": m.target, "actor": m.actor, "retry": True}
-    told = {**base, "recorded": True}
     with ctx.truth.working_on(m.id, exclusive=True) as mine:
         if not mine:
             busy = "the message is being sent right now (or retried): look again when that has finished"
-            return _result(ctx, m.id, told, _not_now(m, P.BUSY, busy), m.host)
+            return _result(ctx, m.id, base, _not_now(m, P.BUSY, busy), m.host, record=False)
         m = _one(ctx, m.id)  # as it stands now that nobody else is working on it
-        return await _retry(ctx, m, base, told)
+        return await _retry(ctx, m, base)
 
 
-async def _retry(ctx: Context, m: Message, base: dict[str, Any], told: dict[str, Any]) -> Result:
+async def _retry(ctx: Context, m: Message, base: dict[str, Any]) -> Result:
     if m.outcome in (P.DELIVERED, P.QUEUED) and m.verified:
         done: dict[str, Any] = {"outcome": m.outcome, "lane": m.lane, "verified": True}
         done["detail"] = "already in the receiver's record: nothing to do"
-        return _result(ctx, m.id, told, done, m.host)
+        return _result(ctx, m.id, base, done, m.host, record=False)
     if m.code in POLICY_REFUSALS:
         why = f"drover's own limits refused it ({m.code}): send it again with `drover send` if you mean it"
-        return _result(ctx, m.id, told, _not_now(m, str(m.code), why), m.host)
+        return _result(ctx, m.id, base, _not_now(m, str(m.code), why), m.host, record=False)
     if len(m.text) < m.text_chars:
         raise DroverError(f"{m.id} was stored without its whole text (it was refused as too large): nothing to retry")
     if m.options.get("as_owner"):
         cfg = ctx.fleet.host(m.host)
         if not cfg.owner_relay:
             why = f"--as-owner is not allowed for {m.host} (owner_relay is off)"
-            return _result(ctx, m.id, told, _not_now(m, P.OWNER_RELAY_OFF, why), m.host)
+            return _result(ctx, m.id, base, _not_now(m, P.OWNER_RELAY_OFF, why), m.host, record=False)
     seen = await _look(ctx, m)
     if m.options.get("identity") and seen.get("identity") != m.options["identity"]:
         why = (
             f"the session this message was for is gone ({m.options['identity']}); {m.options.get('pin')} is now "
             f"{seen.get('identity')}: drover never redirects a message to another session"
         )
-        return _result(ctx, m.id, told, _not_now(m, P.SESSION_EXITED, why) | {"error_class": "target"}, m.host)
+        return _result(ctx, m.id, base, _not_now(m, P.SESSION_EXITED, why) | {"error_class": "target"}, m.host, record=False)
     deadline = time.monotonic() + SETTLE_WAIT_S
     while seen["found"] is False and seen.get("status") == "idle" and not _settled(seen, m) and time.monotonic() < deadline:
         await asyncio.sleep(0.5)  # just went idle: give anything queued in it the moment it takes to reach the record
@@ -315,17 +315,17 @@ async def _retry(ctx: Context, m: Message, base: dict[str, Any], told: dict[str,
         finished = await _deliver(ctx, m.host, m.id, m.text, m.actor, {**m.options, "finish": True})
         finished["attempt"] = "finish"
         if finished.get("outcome") == P.REFUSED:
-            return _result(ctx, m.id, told, finished, m.host)
+            return _result(ctx, m.id, base, finished, m.host, record=False)
         return _result(ctx, m.id, base, finished, m.host)
     provably_unsent = not m.uncertain and (
         (m.outcome == P.REFUSED and not m.pasted) or (m.outcome == P.FAILED and not m.indeterminate)
     )
     if seen["found"] is None and not provably_unsent:
         why = f"drover cannot prove it did not arrive ({seen['how']}), so it will not risk sending it twice"
-        return _result(ctx, m.id, told, _not_now(m, P.CANNOT_VERIFY, why, seen["lane"]), m.host)
+        return _result(ctx, m.id, base, _not_now(m, P.CANNOT_VERIFY, why, seen["lane"]), m.host, record=False)
     if seen["found"] is False and not _settled(seen, m):
         why = f"the session is {seen.get('status')}: a message queued in it may still arrive; retry when it is idle"
-        return _result(ctx, m.id, told, _not_now(m, P.BUSY, why, seen["lane"]), m.host)
+        return _result(ctx, m.id, base, _not_now(m, P.BUSY, why, seen["lane"]), m.host, record=False)
     outcome = await _deliver(ctx, m.host, m.id, m.text, m.actor, m.options)
     outcome["attempt"] = "retry"
     return _result(ctx, m.id, base, outcome, m.host)
