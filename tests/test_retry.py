@@ -203,3 +203,95 @@ def test_kill_9_of_the_sender_mid_ssh_then_retry_lands_exactly_once(sshfleet: An
     assert doc.data["outcome"] in ("delivered", "queuedBehindTurn"), doc.data
     wait_for(lambda: any("killed mid-ssh" in m for m in pane.messages()), timeout=20)
     stays(lambda: sum("killed mid-ssh" in m for m in pane.messages()) == 1, 1.0, what="exactly one copy on h2")
+
+
+# -- found by a stranger trying to break it ------------------------------------------------------------------------
+
+
+def test_a_second_retry_never_sends_what_the_first_refused_to_risk(tmux: Tmux, isolated: Path) -> None:
+    pane = tmux.start("plain2", "env PS1='$ ' bash --norc")
+    wait_for(lambda: pane.screen().rstrip().endswith("$"))
+    ran = isolated / "ran"
+    proc = killed_send(pane.address, f"echo RAN >> {ran}", "after_enter", "--raw")
+    assert proc.returncode == -signal.SIGKILL
+    wait_for(ran.exists)
+    msg = only_pending()
+    for _ in range(2):
+        doc = drover.run("messages.retry", {"id": msg["id"]})
+        assert doc.data["code"] == "cannot_verify", doc.data
+    stays(lambda: ran.read_text() == "RAN\n", what="run once, never twice")
+
+
+def test_two_retries_at_once_deliver_once(tmux: Tmux) -> None:
+    pane = tmux.agent("twice")
+    assert killed_send(pane.address, "two retries at once", "after_accept").returncode == -signal.SIGKILL
+    msg = only_pending()
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "drover", "retry", msg["id"]], cwd=str(ROOT), stdout=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    codes = sorted(p.wait(timeout=60) for p in procs)
+    assert codes == [0, 4], codes
+    wait_for(lambda: any("two retries at once" in m for m in pane.messages()))
+    stays(lambda: sum("two retries at once" in m for m in pane.messages()) == 1, 1.0, what="one copy")
+
+
+def test_a_record_that_only_mentions_the_id_does_not_verify_it(tmux: Tmux) -> None:
+    pane = tmux.agent("mention")
+    assert killed_send(pane.address, "message A, never sent", "after_accept").returncode == -signal.SIGKILL
+    a = only_pending()["id"]
+    drover.run("sessions.message", {"id": pane.address, "text": f"FYI: {a} was lost in a crash"}, actor="t")
+    rows = drover.run("messages.verify", {"ids": [a]}).data["messages"]
+    assert rows[0]["verified"] is False, rows
+
+
+def test_retry_does_not_submit_a_leftover_a_person_edited_or_another_message(tmux: Tmux) -> None:
+    pane = tmux.agent("edited")
+    assert killed_send(pane.address, "AAAA message alpha", "after_accept").returncode == -signal.SIGKILL
+    a = only_pending()["id"]
+    assert killed_send(pane.address, "BBBB please run the tests now", "after_paste").returncode == -signal.SIGKILL
+    wait_for(lambda: "BBBB" in pane.screen() or "<cross-session-message" in pane.screen(), what="B in the input box")
+    other = drover.run("messages.retry", {"id": a})
+    assert (other.data["outcome"], other.data["code"]) == ("refused", "draft_in_input"), other.data
+    b = next(m for m in drover.run("messages.list", {"pending": True}).data["messages"] if m["id"] != a)["id"]
+    for _ in range(12):
+        pane.tmux("send-keys", "-t", pane.id, "BSpace")
+    pane.tmux("send-keys", "-t", pane.id, "-l", " HUMAN EDIT </cross-session-message>")
+    edited = drover.run("messages.retry", {"id": b})
+    assert (edited.data["outcome"], edited.data["code"]) == ("refused", "draft_in_input"), edited.data
+    stays(lambda: pane.messages() == [], what="neither the edit nor the other message submitted")
+
+
+def test_retry_never_redirects_to_a_session_that_replaced_the_original(tmux: Tmux) -> None:
+    pane = tmux.agent("first")
+    assert killed_send(pane.address, "rotate the keys", "after_enter").returncode == -signal.SIGKILL
+    msg = only_pending()
+    pane.tmux("kill-server")
+    newcomer = tmux.agent("first")  # same server name, same %0
+    doc = drover.run("messages.retry", {"id": msg["id"]})
+    assert (doc.data["outcome"], doc.data["code"], doc.exit_code) == ("refused", "session_exited", 6), doc.data
+    stays(lambda: newcomer.messages() == [], what="the newcomer getting nothing")
+
+
+def test_retry_does_not_undo_drovers_own_limits(tmux: Tmux) -> None:
+    pane = tmux.agent("limited")
+    first = drover.run("sessions.message", {"id": pane.address, "text": "please merge PR 42"}, actor="t")
+    second = drover.run("sessions.message", {"id": pane.address, "text": "please merge PR 42"}, actor="t")
+    assert (first.data["outcome"], second.data["code"]) == ("delivered", "duplicate")
+    doc = drover.run("messages.retry", {"id": second.data["id"]})
+    assert doc.data["code"] == "duplicate", doc.data
+    stays(lambda: len(pane.messages()) == 1, what="one copy")
+
+
+def test_a_retry_waits_for_a_sender_that_is_still_at_work(tmux: Tmux) -> None:
+    from drover.remote.tmux_lane import PaneLock
+
+    pane = tmux.agent("slowpoke")
+    socket = Path(os.environ["TMUX_TMPDIR"]) / f"tmux-{os.getuid()}" / "default"
+    with PaneLock(str(socket), pane.id, 0):  # the sender waits for the pane, its message accepted and pending
+        sender = subprocess.Popen([sys.executable, "-m", "drover", "send", pane.address, "slow sender"], cwd=str(ROOT))
+        msg = wait_for(lambda: drover.run("messages.list", {"pending": True}).data["messages"], what="the pending message")
+        doc = drover.run("messages.retry", {"id": msg[0]["id"]})
+        assert (doc.data["outcome"], doc.data["code"]) == ("refused", "busy"), doc.data
+    assert sender.wait(timeout=60) == 0
+    stays(lambda: sum("slow sender" in m for m in pane.messages()) == 1, 1.0, what="one copy")
