@@ -10,7 +10,17 @@ import sys
 
 import typer
 
-from drover.cli import commands, demo, fleet_cmds, render  # noqa: F401 - importing a command module registers it
+from drover.cli import (  # noqa: F401 - importing a command module registers it
+    commands,
+    daemon_cmds,
+    demo,
+    fleet_cmds,
+    fleetwide_cmds,
+    handoff_cmds,
+    nudge_cmds,
+    render,
+    spawn_cmds,
+)
 from drover.cli.app import app, state
 from drover.errors import DroverError, ExitCode
 

@@ -1,0 +1,1 @@
+"""(being built: see issues 10 and 11)"""
