@@ -38,8 +38,10 @@ def keygen(path: Path, comment: str) -> str:
 
 
 class SSHFleet:
-    def __init__(self, count: int = 3, root: Path | None = None) -> None:
+    def __init__(self, count: int = 3, root: Path | None = None, sshd_options: list[str] | None = None) -> None:
         self.count = count
+        # More sshd_config lines for every sshd (the benchmark's `KexAlgorithms curve25519-sha256`).
+        self.sshd_options = list(sshd_options or [])
         # Short paths: tmux and sshd sockets live under here, and Unix socket paths are limited to 108 bytes.
         self.root = root or Path(tempfile.mkdtemp(prefix="drf-"))
         self.port = free_port()
@@ -100,6 +102,7 @@ class SSHFleet:
             "MaxStartups 500",
             "MaxSessions 100",
             "LogLevel INFO",
+            *self.sshd_options,
         ]
         # Real users with their own login shells (see shell_user): sshd applies the first SetEnv that matches, so
         # this block, first, keeps the per-address HOME below away from them.

@@ -1,0 +1,455 @@
+"""drover against its peers, from one run: every ratio of issue 11's table, with client CPU and peak memory.
+
+Not a test: it prints numbers and asserts nothing (`bench/run` is the way in). It starts N loopback sshd hosts
+(tests/sshfleet.py) that accept only curve25519-sha256, and writes `KexAlgorithms curve25519-sha256` into the
+client's ssh config, which OpenSSH, parallel-ssh (it runs ssh) and asyncssh (drover; it reads ~/.ssh/config)
+all honour: every tool pays the same key exchange, ed25519 keys on both sides. Then, R rounds, each drover run
+paired with its peer's in the same round (so a neighbour's load falls on both):
+
+  drover --help                     python -c pass
+  drover send local:agent TEXT      tmux send-keys -l TEXT, then tmux send-keys Enter (two processes)
+  drover send h1:agent TEXT         ssh h1 'tmux send-keys -l TEXT \\; send-keys Enter'  (a fresh connection)
+  the same, warm (drover daemon)    the same ssh through a warm ControlMaster
+  drover ls over N hosts            parallel-ssh -p N 'python3 -I -c pass; tmux list-panes -a'; xargs -P N ssh true
+  the same, warm (drover daemon)    the same parallel-ssh through warm ControlMasters
+  drover log -n 20, 1M events       tail -n 40 of the truth file
+  discovery on one host             the helper's own took_ms for `list`, with 0 and with S stale tmux sockets
+
+Every agent is the demo agent (drover/demo_agent.py) in a tmux pane; every host also runs a shell pane.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+import measure  # noqa: E402
+from measure import Sample, Series, run  # noqa: E402
+from truthlog import generate  # noqa: E402
+
+from tests.sshfleet import SSHFleet  # noqa: E402
+
+KEX = "curve25519-sha256"
+PY = sys.executable
+DROVER = [str(Path(PY).with_name("drover"))] if Path(PY).with_name("drover").exists() else [PY, "-m", "drover"]
+
+
+def version(cmd: list[str]) -> str:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except OSError:
+        return "?"
+    return (proc.stdout or proc.stderr).strip().splitlines()[0] if (proc.stdout or proc.stderr).strip() else "?"
+
+
+def chain(cmds: list[list[str]], env: dict[str, str]) -> Sample:
+    """Several commands one after the other, as one sample (times summed, the largest peak)."""
+    parts = [run(c, env) for c in cmds]
+    return Sample(
+        sum(p.wall for p in parts),
+        sum(p.cpu for p in parts),
+        max(p.rss_kib for p in parts),
+        next((p.code for p in parts if p.code), 0),
+        "".join(p.out for p in parts),
+        "".join(p.err for p in parts),
+    )
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.rows: list[tuple[str, Series | None, str, Series | None, str]] = []
+        self.notes: list[str] = []
+
+    # -- setup ---------------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        a = self.args
+        self.fleet = SSHFleet(a.hosts, sshd_options=[f"KexAlgorithms {KEX}"]).start()
+        f = self.fleet
+        self.root = f.root
+        cfg = f.client_home / ".ssh" / "config"
+        cfg.write_text(cfg.read_text() + f"Host *\n    KexAlgorithms {KEX}\n")
+        self.ssh = ["ssh", "-F", str(cfg), "-o", f"UserKnownHostsFile={f.known_hosts}"]
+        self.cm = ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.root}/cm-%C", "-o", "ControlPersist=300"]
+        fleet_file = self.root / "fleet.toml"
+        limits = "[limits]\nbucket_size = 1000000\nduplicate_window_s = 0\n"
+        fleet_file.write_text(f.fleet_toml(limits).replace('ssh = "', 'tags = ["bench"]\nssh = "'))
+        (self.root / "lt").mkdir()
+        self.env = {
+            **os.environ,
+            "HOME": str(f.client_home),
+            "DROVER_FLEET": str(fleet_file),
+            "DROVER_HOME": str(self.root / "dh"),
+            "TMUX_TMPDIR": str(self.root / "lt"),
+            "DROVER_ACTOR": "bench",
+        }
+        for var in ("SSH_AUTH_SOCK", "TMUX", "TMUX_PANE"):
+            self.env.pop(var, None)
+        self.hosts_file = self.root / "hosts.txt"
+        self.hosts_file.write_text("\n".join(f.names) + "\n")
+        agent = f"{PY} -m drover.demo_agent --log {{log}} --name {{name}}"
+        self.local = {}
+        for name in ("agent", "peer"):
+            cmd = agent.format(log=self.root / f"local-{name}.jsonl", name=name)
+            self.local[name] = self.tmux_local(
+                "new-session", "-d", "-P", "-F", "#{pane_id}", "-s", name, "-x", "160", "-y", "40", cmd
+            )
+        self.remote = {}
+        for name in ("agent", "peer"):
+            cmd = agent.format(log=self.root / f"h1-{name}.jsonl", name=name)
+            proc = f.tmux("h1", "new-session", "-d", "-P", "-F", "#{pane_id}", "-s", name, "-x", "160", "-y", "40", cmd)
+            self.remote[name] = proc.stdout.strip()
+        for host in f.names[1:]:
+            f.tmux(host, "new-session", "-d", "-s", "shell", "-x", "120", "-y", "30")
+        for name in ("agent", "peer"):
+            self.wait_idle(lambda n=name: self.tmux_local("capture-pane", "-p", "-t", self.local[n]))
+            self.wait_idle(lambda n=name: f.tmux("h1", "capture-pane", "-p", "-t", self.remote[n]).stdout)
+
+    def tmux_local(self, *args: str) -> str:
+        env = {**os.environ, "TMUX_TMPDIR": self.env["TMUX_TMPDIR"]}
+        env.pop("TMUX", None)
+        return subprocess.run(["tmux", *args], env=env, capture_output=True, text=True, timeout=10, cwd=ROOT).stdout.strip()
+
+    @staticmethod
+    def wait_idle(screen: Callable[[], str]) -> None:
+        deadline = time.monotonic() + 20
+        while "idle · paste" not in screen():
+            if time.monotonic() > deadline:
+                raise SystemExit("bench: the demo agent did not start in its pane")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for host in self.fleet.names:  # the ControlMasters this bench opened
+            subprocess.run([*self.ssh, *self.cm, "-O", "exit", host], capture_output=True, timeout=10)
+        self.tmux_local("kill-server")
+        self.fleet.stop()
+
+    # -- measuring -----------------------------------------------------------------------------------------------
+    def rounds(self, tools: dict[str, Callable[[int], Sample]]) -> dict[str, Series]:
+        """R rounds; in each, every tool once, the order alternating so that neither always goes first."""
+        series = {name: Series(name) for name in tools}
+        names = list(tools)
+        for i in range(self.args.repeat):
+            for name in names if i % 2 == 0 else names[::-1]:
+                sample = tools[name](i)
+                if sample.code != 0:
+                    print(f"  ! {name} exited {sample.code}: {(sample.err or sample.out).strip()[-300:]}", file=sys.stderr)
+                series[name].samples.append(sample)
+        if Path(measure.GNU_TIME).exists():  # one more round, each under GNU time, for the peak memory
+            measure.PEAK = True
+            try:
+                for name in names:
+                    series[name].peak_kib = tools[name](self.args.repeat).rss_kib
+            finally:
+                measure.PEAK = False
+        for s in series.values():
+            print(
+                f"  {s.label:<58} {s.wall * 1000:9.1f} ms wall {s.cpu * 1000:8.1f} ms CPU {s.rss_mb:6.0f} MB"
+                + (f"  ({s.failed} failed)" if s.failed else "")
+            )
+        return series
+
+    def drover(self, *args: str, env: dict[str, str] | None = None) -> Callable[[int], Sample]:
+        return lambda i: run([*DROVER, *(a.replace("{i}", str(i)) for a in args)], env or self.env, cwd=str(ROOT))
+
+    def daemon(self) -> bool:
+        probe = run([*DROVER, "daemon", "--help"], self.env, cwd=str(ROOT))
+        return probe.code == 0 and "start" in probe.out
+
+    def help_row(self) -> None:
+        print("drover --help")
+        s = self.rounds({"drover --help": self.drover("--help"), "python -c pass": lambda i: run([PY, "-c", "pass"], self.env)})
+        self.rows.append(("drover --help", s["drover --help"], "python -c pass", s["python -c pass"], "<= 5x"))
+
+    def local_send(self) -> None:
+        print("local send")
+        pane = self.local["peer"]
+        peer = lambda i: chain(  # noqa: E731
+            [["tmux", "send-keys", "-t", pane, "-l", f"peer message {i}"], ["tmux", "send-keys", "-t", pane, "Enter"]], self.env
+        )
+        s = self.rounds(
+            {"drover send local:agent": self.drover("send", "local:agent", "bench message {i}"), "tmux send-keys x2": peer}
+        )
+        self.rows.append(("send local:PANE", s["drover send local:agent"], "tmux send-keys x2", s["tmux send-keys x2"], "<= 10x"))
+
+    def remote_send(self) -> None:
+        print("remote send, cold")
+        pane = self.remote["peer"]
+
+        def ssh(i: int, warm: bool = False) -> Sample:
+            remote = f"tmux send-keys -t {pane} -l {shlex.quote(f'peer message {i}')} \\; send-keys -t {pane} Enter"
+            return run([*self.ssh, *(self.cm if warm else []), "h1", remote], self.env)
+
+        s = self.rounds(
+            {"drover send h1:agent": self.drover("send", "h1:agent", "cold message {i}"), "ssh h1 tmux send-keys": ssh}
+        )
+        cold_ssh = s["ssh h1 tmux send-keys"]
+        self.rows.append(("send h1:PANE, cold", s["drover send h1:agent"], "ssh (fresh connection)", cold_ssh, "<= 3x"))
+        print("remote send, warm")
+        ssh(0, warm=True)  # opens the master
+        if self.daemon():
+            run([*DROVER, "daemon", "start"], self.env, cwd=str(ROOT))
+            self.drover("send", "h1:agent", "warm-up")(0)
+            s = self.rounds(
+                {
+                    "drover send h1:agent (daemon)": self.drover("send", "h1:agent", "warm message {i}"),
+                    "ssh h1 (ControlMaster)": lambda i: ssh(i, warm=True),
+                }
+            )
+            run([*DROVER, "daemon", "stop"], self.env, cwd=str(ROOT))
+            warm = s["drover send h1:agent (daemon)"]
+            self.rows.append(("send h1:PANE, warm", warm, "ssh (fresh connection)", cold_ssh, "<= 0.25x"))
+            self.rows.append(("send h1:PANE, warm", warm, "ssh (warm ControlMaster)", s["ssh h1 (ControlMaster)"], "<= 3x"))
+        else:
+            s = self.rounds({"ssh h1 (ControlMaster)": lambda i: ssh(i, warm=True)})
+            self.notes.append("warm drover: not available (`drover daemon` does not exist in this tree yet)")
+            self.rows.append(("send h1:PANE, warm", None, "ssh (fresh connection)", cold_ssh, "<= 0.25x"))
+            self.rows.append(("send h1:PANE, warm", None, "ssh (warm ControlMaster)", s["ssh h1 (ControlMaster)"], "<= 3x"))
+
+    def fan_out(self) -> None:
+        n = str(self.args.hosts)
+        hostlist = ("\n".join(self.fleet.names) + "\n").encode()
+        work = "python3 -I -c pass; tmux list-panes -a"
+        pssh = ["parallel-ssh", "-p", n, "-t", "60", "-h", str(self.hosts_file)]
+        have_pssh = shutil.which("parallel-ssh") is not None
+
+        def peer(warm: bool) -> Callable[[int], Sample]:
+            opts = " ".join(shlex.quote(o) for o in [*self.ssh[1:], *(self.cm if warm else [])])
+            if have_pssh:
+                return lambda i: run([*pssh, "-x", opts, work], self.env)
+            return lambda i: run(
+                ["xargs", "-P", n, "-I{}", *self.ssh, *(self.cm if warm else []), "{}", work], self.env, stdin=hostlist
+            )
+
+        peer_name = "parallel-ssh" if have_pssh else "xargs -P ssh (parallel-ssh is not installed)"
+        ls = f"drover ls ({n} hosts)"
+        print(f"ls over {n} hosts, cold")
+        s = self.rounds(
+            {
+                ls: self.drover("ls", "--tag", "bench", "--json"),
+                f"{peer_name}: {work}": peer(False),
+                "xargs -P ssh HOST true": lambda i: run(
+                    ["xargs", "-P", n, "-I{}", *self.ssh, "{}", "true"], self.env, stdin=hostlist
+                ),
+            }
+        )
+        self.check_ls(s[ls])
+        cold_peer = s[f"{peer_name}: {work}"]
+        self.rows.append((f"ls, {n} hosts, cold", s[ls], peer_name, cold_peer, "<= 1.0x"))
+        self.rows.append((f"ls, {n} hosts, cold", s[ls], "xargs -P ssh HOST true", s["xargs -P ssh HOST true"], "(info)"))
+        self.cold_ls = s[ls]
+        print(f"ls over {n} hosts, warm")
+        peer(True)(0)  # opens the masters
+        warm_peer_name = f"{peer_name} (warm ControlMasters)"
+        if self.daemon():
+            run([*DROVER, "daemon", "start"], self.env, cwd=str(ROOT))
+            self.drover("ls", "--tag", "bench", "--json")(0)
+            s = self.rounds({f"{ls}, daemon": self.drover("ls", "--tag", "bench", "--json"), warm_peer_name: peer(True)})
+            run([*DROVER, "daemon", "stop"], self.env, cwd=str(ROOT))
+            self.rows.append((f"ls, {n} hosts, warm", s[f"{ls}, daemon"], f"{peer_name} (cold)", cold_peer, "<= 0.3x"))
+            self.rows.append((f"ls, {n} hosts, warm", s[f"{ls}, daemon"], warm_peer_name, s[warm_peer_name], "(info)"))
+        else:
+            s = self.rounds({warm_peer_name: peer(True)})
+            self.rows.append((f"ls, {n} hosts, warm", None, f"{peer_name} (cold)", cold_peer, "<= 0.3x"))
+            self.rows.append((f"ls, {n} hosts, warm", None, warm_peer_name, s[warm_peer_name], "(info)"))
+
+    def check_ls(self, series: Series) -> None:
+        for sample in series.ok[:1]:
+            hosts = json.loads(sample.out)["data"]["hosts"]
+            answered = sum(1 for h in hosts if h["ok"])
+            if answered != self.args.hosts:
+                self.notes.append(f"drover ls: only {answered} of {self.args.hosts} hosts answered")
+
+    def stale(self) -> None:
+        """Discovery's cost on one host (the helper's took_ms), then the fan-out, with S stale sockets per host."""
+        from drover.remote import protocol as P
+        from drover.transport import bundle
+        from drover.transport.ssh import read_answer
+
+        request = json.dumps({"helper": P.PROTOCOL, "op": "list", "args": {"state": True}, "profiles": {}}).encode() + b"\n"
+        stdin = bundle.preamble() + request
+
+        def took(i: int) -> Sample:
+            sample = run([*self.ssh, *self.cm, "h1", bundle.command("python3")], self.env, stdin=stdin)
+            answer, _noise = read_answer(sample.out.encode())
+            # The helper's own clock, as a Sample (wall = took_ms) so it prints like the rest.
+            return Sample((answer or {}).get("took_ms", float("nan")) / 1000, 0, 0, 0 if answer else 1, "", sample.err)
+
+        print("discovery on h1 (the helper's took_ms for `list` with state; 1 agent, 1 peer pane)")
+        before = self.rounds({"took_ms, no stale socket": took})["took_ms, no stale socket"]
+        socks = []
+        for host in self.fleet.names:
+            sockdir = self.fleet.host_home(host) / "t" / f"tmux-{os.getuid()}"
+            sockdir.mkdir(mode=0o700, exist_ok=True)
+            for k in range(self.args.stale):
+                path = sockdir / f"stale-{k}"
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.bind(str(path))
+                sock.close()  # the file stays: what a crashed tmux server leaves
+                socks.append(path)
+        after = self.rounds({f"took_ms, {self.args.stale} stale sockets": took})[f"took_ms, {self.args.stale} stale sockets"]
+        self.took = (before, after)
+        n = self.args.hosts
+        print(f"ls over {n} hosts, cold, {self.args.stale} stale sockets on every host")
+        ls = self.rounds({f"drover ls, {self.args.stale} stale": self.drover("ls", "--tag", "bench", "--json")})
+        self.stale_ls = ls[f"drover ls, {self.args.stale} stale"]
+        for path in socks:
+            path.unlink()
+
+    def truth_log(self) -> None:
+        home = Path(tempfile.mkdtemp(prefix="drover-bench-log-"))
+        try:
+            started = time.perf_counter()
+            generate(home / "truth.jsonl", self.args.events)
+            size = (home / "truth.jsonl").stat().st_size
+            took = time.perf_counter() - started
+            print(f"drover log -n 20 over {self.args.events:,} events ({size / 1e6:.0f} MB, written in {took:.0f} s)")
+            env = {**self.env, "DROVER_HOME": str(home)}
+            s = self.rounds(
+                {
+                    "drover log -n 20": self.drover("log", "-n", "20", "--json", env=env),
+                    "tail -n 40": lambda i: run(["tail", "-n", "40", str(home / "truth.jsonl")], env),
+                }
+            )
+            self.rows.append(
+                (
+                    f"log -n 20, {self.args.events:,} events",
+                    s["drover log -n 20"],
+                    "tail -n 40",
+                    s["tail -n 40"],
+                    "<= 1 s, <= 100 MB",
+                )
+            )
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+
+    # -- report --------------------------------------------------------------------------------------------------
+    def report(self, load_before: str) -> None:
+        a = self.args
+        print()
+        print(
+            f"drover bench, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {cpu_model()}, {os.cpu_count()} cores, "
+            f"load average {load_before} at the start, {loadavg()} at the end"
+        )
+        pssh = "parallel-ssh " + ("present" if shutil.which("parallel-ssh") else "absent (xargs -P ssh instead)")
+        print(
+            f"Python {platform.python_version()}, {version(['ssh', '-V'])}, asyncssh {asyncssh_version()}, "
+            f"{version(['tmux', '-V'])}, {pssh}"
+        )
+        print(f"key exchange: {KEX} for every client (the sshds accept nothing else); ed25519 host and client keys")
+        print(
+            f"{a.hosts} loopback hosts; medians of {a.repeat} rounds, drover and its peer paired in each; "
+            "CPU = user+sys of the client's process tree; peak = ru_maxrss, largest single process"
+        )
+        print()
+        head = f"{'work':<26} {'drover':>24}   {'peer':<28} {'peer':>24}   {'wall':>6} {'CPU':>6}  target"
+        print(head)
+        print(f"{'':<26} {'wall / CPU / peak':>24}   {'':<28} {'wall / CPU / peak':>24}   {'ratio':>6} {'ratio':>6}")
+        for work, mine, peer_name, peer, target in self.rows:
+            mine_s = fmt(mine) if mine else "not available"
+            wall_r = f"{mine.wall / peer.wall:5.2f}x" if mine and peer else "    -"
+            cpu_r = f"{mine.cpu / peer.cpu:5.2f}x" if mine and peer and peer.cpu > 0 else "    -"
+            verdict = judge(target, mine, peer)
+            peer_s = fmt(peer) if peer else "-"
+            print(f"{work:<26} {mine_s:>24}   {peer_name:<28} {peer_s:>24}   {wall_r:>6} {cpu_r:>6}  {target} {verdict}")
+        before, after = self.took
+        print()
+        print(
+            f"discovery on one host (the helper's took_ms for `list` with state): {before.wall * 1000:.1f} ms; "
+            f"with {a.stale} stale tmux sockets: {after.wall * 1000:.1f} ms"
+        )
+        print(
+            f"drover ls over {a.hosts} hosts with {a.stale} stale sockets on each: {self.stale_ls.wall:.2f} s "
+            f"(without: {self.cold_ls.wall:.2f} s)"
+        )
+        for note in self.notes:
+            print(f"note: {note}")
+
+
+def fmt(s: Series) -> str:
+    wall = f"{s.wall * 1000:.0f}ms" if s.wall < 10 else f"{s.wall:.1f}s"
+    return f"{wall} / {s.cpu * 1000:.0f}ms / {s.rss_mb:.0f}MB"
+
+
+def judge(target: str, mine: Series | None, peer: Series | None) -> str:
+    """met / NOT met for the wall-clock target, and whether the client CPU is at most the peer's."""
+    if mine is None or peer is None or target == "(info)":
+        return ""
+    if target.startswith("<= 1 s"):
+        ok = mine.wall <= 1.0 and mine.rss_mb <= 100
+    else:
+        ok = mine.wall / peer.wall <= float(target.split()[1].rstrip("x"))
+        cpu_ok = mine.cpu <= peer.cpu
+        return ("met" if ok else "NOT met") + ("; CPU <= peer's" if cpu_ok else "; CPU > peer's")
+    return "met" if ok else "NOT met"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def asyncssh_version() -> str:
+    import asyncssh
+
+    return str(asyncssh.__version__)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="bench/run", description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=50, help="loopback SSH hosts for the fan-out rows (default 50)")
+    parser.add_argument("--repeat", type=int, default=7, help="rounds per comparison (default 7)")
+    parser.add_argument("--events", type=int, default=1_000_000, help="events in the truth file for `log` (default 1,000,000)")
+    parser.add_argument("--stale", type=int, default=20, help="stale tmux sockets per host for the discovery rows (default 20)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 4 hosts, 2 rounds, 20,000 events")
+    args = parser.parse_args()
+    if args.quick:
+        args.hosts, args.repeat, args.events = 4, 2, 20_000
+    if args.hosts < 2 or args.repeat < 1 or args.events < 2 or args.stale < 0:
+        parser.error("--hosts must be at least 2, --repeat and --stale at least 1 and 0, --events at least 2")
+    if os.geteuid() != 0:
+        parser.error("the loopback sshd fleet needs root (it listens on 127.0.0.x and sets each host's environment)")
+    load_before = loadavg()
+    bench = Bench(args)
+    bench.start()
+    try:
+        bench.help_row()
+        bench.local_send()
+        bench.remote_send()
+        bench.fan_out()
+        bench.stale()
+        bench.truth_log()
+        bench.report(load_before)
+    finally:
+        bench.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit("bench: interrupted")
