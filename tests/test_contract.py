@@ -37,6 +37,8 @@ OPS = {
     "messages.retry": ["id"],
     "messages.verify": ["ids", "limit"],
     "messages.list": ["target", "host", "actor", "outcome", "since", "pending", "limit", "text"],
+    "sessions.chain": ["host", "id"],
+    "sessions.handoff": ["host", "id", "to", "to_host", "note", "actor"],
     "sessions.list": ["hosts", "tags", "engine", "state"],
     "sessions.message": ["host", "id", "text", "actor", "via", "expect_engine", "as_owner", "raw"],
     "sessions.read": ["host", "id", "last", "roles", "grep", "since", "raw"],

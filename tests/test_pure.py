@@ -37,6 +37,7 @@ PINNED_CODES = {
     "target": [
         "ambiguous_message",
         "ambiguous_session",
+        "handoff_broken",
         "message_not_found",
         "no_transcript",
         "pane_gone",

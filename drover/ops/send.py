@@ -150,26 +150,46 @@ async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
         resolved = await call_host(ctx, req.host, "resolve", {"target": req.id})
     except DroverError as exc:
         unresolved, cfg = exc, None  # nothing was sent: recorded as provably failed below
+    host, redirect = req.host, {}  # where it goes, and (after a handoff) where it was addressed
+    gone = unresolved is not None and unresolved.code in (P.SESSION_NOT_FOUND, P.AMBIGUOUS_SESSION)
+    if gone or (resolved is not None and resolved.get("matched") == "prefix"):
+        # No live session bears that name (a prefix of others' names is not a name): did it hand its work over?
+        # Only then -- a message is never redirected away from a session that is live under the name it was sent to.
+        from drover.ops.handoff import follow
+
+        try:
+            hop = await follow(ctx, req.host, req.id)
+        except DroverError as exc:
+            resolved, unresolved = None, exc  # a chain with no live generation: not a prefix's stranger instead
+        else:
+            if hop is not None:
+                generation, resolved, chain = hop
+                host, cfg, unresolved = generation.host, fleet.host(generation.host), None
+                redirect = {"redirected_from": f"{req.host}:{req.id}", "handoff_chain": [g.to_dict() for g in chain]}
     if resolved is not None:
         options.update(identity=resolved["identity"], pin=resolved["pin"], receiver_msg_id=str(uuid.uuid4()))
+        if resolved.get("redirected_from") and not redirect:  # found by a name it bore before (Claude's formerNames)
+            redirect = {"redirected_from": f"{req.host}:{req.id}", "handoff_chain": []}
+        if redirect:
+            options["redirected_from"] = redirect["redirected_from"]
     owner_ok = bool(req.as_owner and cfg is not None and cfg.owner_relay)
 
     def check(recent: list[dict[str, Any]]) -> dict[str, Any] | None:
         if unresolved is not None:  # only the size limit means anything for a session that was not found
-            return limits.check(lim, req.host, req.id, req.text, time.time(), [])
+            return limits.check(lim, host, req.id, req.text, time.time(), [])
         if req.as_owner and not owner_ok:
             return {
                 "outcome": P.REFUSED,
                 "code": P.OWNER_RELAY_OFF,
                 "detail": f"--as-owner is not allowed for {req.host}: set owner_relay = true under [hosts.{req.host}]",
             }
-        return limits.check(lim, req.host, options.get("identity") or req.id, req.text, time.time(), recent)
+        return limits.check(lim, host, options.get("identity") or req.id, req.text, time.time(), recent)
 
     fault("before_accept")
     # Write-ahead: the message has its id and its accepted event before anything touches a session.
     msg_id, refusal = ctx.truth.accept(
         actor=actor,
-        host=req.host,
+        host=host,
         target=req.id,
         text=req.text,
         options=options,
@@ -177,17 +197,22 @@ async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
         check=check,
         window_s=limits.window_s(lim),
     )
-    base = {"host": req.host, "target": req.id, "actor": actor}
+    base: dict[str, Any] = {"host": host, "target": req.id, "actor": actor}
+    if redirect:
+        base["handoff_chain"] = redirect["handoff_chain"]
     if refusal is not None:
         # accept() wrote the refusal with its accepted event, in the same write
-        return _result(ctx, msg_id, base, {"outcome": P.REFUSED, "lane": None, **refusal}, req.host, record=False)
+        return _result(ctx, msg_id, base, {"outcome": P.REFUSED, "lane": None, **refusal}, host, record=False)
     if unresolved is not None:
-        return _result(ctx, msg_id, base, _failure(unresolved, sent=False), req.host)
+        return _result(ctx, msg_id, base, _failure(unresolved, sent=False), host)
     with ctx.truth.working_on(msg_id, exclusive=False):  # a retry of this message waits until it has its outcome
         fault("after_accept")
-        outcome = await _deliver(ctx, req.host, msg_id, req.text, actor, options)
+        outcome = await _deliver(ctx, host, msg_id, req.text, actor, options)
+        if redirect:
+            outcome["redirected_from"] = redirect["redirected_from"]
+            outcome["detail"] = f"{outcome.get('detail', '')} (redirected from {redirect['redirected_from']}, which is gone)"
         fault("before_outcome")
-        return _result(ctx, msg_id, base, outcome, req.host)
+        return _result(ctx, msg_id, base, outcome, host)
 
 
 # -- finishing a message later -----------------------------------------------------------------------------------

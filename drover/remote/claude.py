@@ -118,7 +118,8 @@ def session_from_record(rec: Record, pane: Optional[Dict[str, Any]]) -> Dict[str
         "waiting_for": rec.get("waitingFor"),
         "kind": rec.get("kind"),
         "version": rec.get("version"),
-        "aliases": [rec["sessionId"], str(rec["pid"])] + former + (pane["aliases"] if pane else []),
+        # Not the former names: a live session that now bears one of them by name must win (see discovery.resolve).
+        "aliases": [rec["sessionId"], str(rec["pid"])] + (pane["aliases"] if pane else []),
         "_record": rec,
         "_pane": pane,
     }

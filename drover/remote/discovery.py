@@ -95,6 +95,10 @@ def brief(session: Session) -> str:
     return "%s (%s, %s)" % (session["id"], session["name"], session["engine"])
 
 
+# How a target named its session, by tier: a handoff chain that starts at a name outranks a mere prefix match.
+MATCHED = ("id", "name", "former_name", "prefix")
+
+
 def resolve(target: str, sessions: List[Session]) -> Session:
     """One session for what the user typed: exact id/alias, then exact name, then a unique prefix."""
     if not target:
@@ -102,6 +106,9 @@ def resolve(target: str, sessions: List[Session]) -> Session:
     tiers = (
         ("matches", lambda s: target == s["id"] or target in s["aliases"]),
         ("matches", lambda s: target == s["name"]),
+        # A name the session bore before (Claude's formerNames): the newest generation of that name.  Only when no
+        # live session bears it now, so a message is never redirected away from a session that is still live.
+        ("is a former name of", lambda s: target in (s.get("former_names") or ())),
         ("is a prefix of", lambda s: s["name"].startswith(target) or s["id"].startswith(target)),
     )
     for tier, (how, match) in enumerate(tiers):
@@ -112,6 +119,9 @@ def resolve(target: str, sessions: List[Session]) -> Session:
             hits += shadowed
             how = "names one session and is an id prefix of another: " + how if shadowed else how
         if len(hits) == 1:
+            if tier == 2:
+                hits[0]["redirected_from"] = target
+            hits[0]["_matched"] = MATCHED[tier]
             return hits[0]
         if hits:
             raise HelperError(

@@ -100,7 +100,10 @@ def op_resolve(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     from . import discovery
 
     session = discovery.find(args, profiles, [])
-    return {"session": discovery.public(session), "identity": discovery.identity(session), "pin": discovery.pin(session)}
+    out = {"session": discovery.public(session), "identity": discovery.identity(session), "pin": discovery.pin(session)}
+    out["matched"] = session.get("_matched")
+    out["redirected_from"] = session.get("redirected_from")
+    return out
 
 
 def op_verify(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:

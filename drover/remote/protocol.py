@@ -61,6 +61,7 @@ TARGET_ERROR = "target"
 MESSAGE_NOT_FOUND = "message_not_found"
 SESSION_EXITED = "session_exited"
 AMBIGUOUS_MESSAGE = "ambiguous_message"
+HANDOFF_BROKEN = "handoff_broken"  # the named session is gone and no generation of its handoff chain lives
 # Config
 BAD_PROFILE = "bad_profile"
 CONFIG_ERROR = "config"
@@ -162,6 +163,7 @@ CODES = {
     MESSAGE_NOT_FOUND: TARGET,
     AMBIGUOUS_MESSAGE: TARGET,
     SESSION_EXITED: TARGET,
+    HANDOFF_BROKEN: TARGET,
     BAD_PROFILE: CONFIG,
     CONFIG_ERROR: CONFIG,
     FLEET_INVALID: CONFIG,

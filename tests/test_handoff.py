@@ -1,0 +1,174 @@
+"""Handoff chains: a message to a session that is gone reaches the newest live generation it handed its work to,
+never while the named session lives, never past a generation drover cannot see, and a broken chain says so."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from drover.remote import discovery
+from tests.conftest import Pane, Tmux, remote_agent, wait_for
+from tests.sshfleet import SSHFleet
+
+
+def send(cli: Any, target: str, text: str) -> tuple[int, dict[str, Any]]:
+    res = cli("send", target, text, "--json")
+    return res.code, res.json()
+
+
+def truth_events(isolated: Path, kind: str) -> list[dict[str, Any]]:
+    path = isolated / "home" / "truth.jsonl"
+    return [e for e in map(json.loads, path.read_text().splitlines()) if e.get("event") == kind]
+
+
+def gone(pane: Pane) -> None:
+    pane.tmux("kill-session", "-t", pane.id)
+
+
+def generations(tmux: Tmux, cli: Any) -> tuple[Pane, Pane, Pane]:
+    ocean, ocean2, ocean3 = tmux.agent("ocean"), tmux.agent("ocean-2"), tmux.agent("ocean-3")
+    for old, new in (("ocean", "ocean-2"), ("ocean-2", "ocean-3")):
+        res = cli("handoff", f"local:{old}", f"local:{new}", "--note", "context full")
+        assert res.code == 0, res.err
+        assert "handoff recorded" in res.out
+    return ocean, ocean2, ocean3
+
+
+def test_three_generations_the_newest_live_one_gets_it_and_never_while_the_named_one_lives(
+    tmux: Tmux, cli: Any, isolated: Path
+) -> None:
+    ocean, ocean2, ocean3 = generations(tmux, cli)
+
+    # Every generation is live: each name reaches its own session, nothing is redirected.
+    code, doc = send(cli, "local:ocean", "to the first")
+    assert code == 0 and "redirected_from" not in doc["data"], doc
+    code, doc = send(cli, "local:ocean-2", "to the second")
+    assert code == 0 and "redirected_from" not in doc["data"], doc
+    wait_for(lambda: ocean.messages() and ocean2.messages(), what="both delivered")
+    assert "to the first" in ocean.messages()[-1] and "to the second" in ocean2.messages()[-1]
+    assert ocean3.messages() == []
+
+    # The first is gone: a message to its name goes to the newest live generation, and says so.
+    gone(ocean)
+    code, doc = send(cli, "local:ocean", "after the first left")
+    assert code == 0, doc
+    data = doc["data"]
+    assert data["redirected_from"] == "local:ocean"
+    assert [g.get("name") or g["ref"] for g in data["handoff_chain"]] == ["ocean", "ocean-2", "ocean-3"]
+    assert data["session"]["name"] == "ocean-3"
+    wait_for(lambda: any("after the first left" in m for m in ocean3.messages()), what="ocean-3 got it")
+    assert not any("after the first left" in m for m in ocean2.messages())
+    outcome = [e for e in truth_events(isolated, "outcome") if e["id"] == data["id"]][-1]
+    assert outcome["redirected_from"] == "local:ocean" and outcome["outcome"] == "delivered"
+    human = cli("send", "local:ocean", "once more, for the human line")
+    assert human.code == 0 and "redirected from local:ocean" in human.out
+
+    # The newest is gone too: the message goes to the newest generation still live.
+    gone(ocean3)
+    code, doc = send(cli, "local:ocean", "after the third left")
+    assert code == 0 and doc["data"]["session"]["name"] == "ocean-2", doc
+    wait_for(lambda: any("after the third left" in m for m in ocean2.messages()), what="ocean-2 got it")
+
+    shown = cli("handoff", "--show", "local:ocean", "--json")
+    assert shown.code == 0, shown.err
+    chain = shown.json()["data"]
+    assert [r["state"] for r in chain["chain"]] == ["gone", "live", "gone"]
+    assert chain["delivers_to"]["name"] == "ocean-2" and chain["delivers_to"]["redirected"] is True
+
+    # None is live: a clear failure that shows the chain, recorded as failed, exit 6.
+    gone(ocean2)
+    res = cli("send", "local:ocean", "nobody left")
+    assert res.code == 6
+    assert "handoff_broken" in res.err or "every session it handed its work to" in res.err
+    assert "ocean-2" in res.err and "ocean-3" in res.err and "gone" in res.err
+    last = truth_events(isolated, "outcome")[-1]
+    assert last["outcome"] == "failed" and last["code"] == "handoff_broken"
+
+
+def test_a_stranger_that_took_a_name_is_not_a_generation(tmux: Tmux, cli: Any) -> None:
+    ocean, ocean2, ocean3 = generations(tmux, cli)
+    # A new session takes the first one's name: it is live under that name, so the message is its own.
+    gone(ocean)
+    stranger = tmux.agent("ocean", server="other")
+    code, doc = send(cli, "local:ocean", "whoever is ocean now")
+    assert code == 0 and "redirected_from" not in doc["data"], doc
+    wait_for(lambda: stranger.messages(), what="the live bearer of the name got it")
+    gone(stranger)
+
+    # The newest generation exits and a stranger takes its name: it is not that generation (identity, not name).
+    gone(ocean3)
+    impostor = tmux.agent("ocean-3", server="third")
+    code, doc = send(cli, "local:ocean", "for the real successor")
+    assert code == 0 and doc["data"]["session"]["name"] == "ocean-2", doc
+    wait_for(lambda: ocean2.messages(), what="ocean-2 got it")
+    assert impostor.messages() == []
+
+
+def test_bad_handoffs_are_refused_and_record_nothing(tmux: Tmux, cli: Any, isolated: Path) -> None:
+    generations(tmux, cli)
+    before = len(truth_events(isolated, "handoff"))
+    loop = cli("handoff", "local:ocean-3", "local:ocean")
+    assert loop.code == 2 and "loop" in loop.err
+    same = cli("handoff", "local:ocean-2", "local:ocean-2")
+    assert same.code == 2 and "same session" in same.err
+    nowhere = cli("handoff", "local:ocean-3", "local:no-such-session")
+    assert nowhere.code == 6 and "no-such-session" in nowhere.err
+    no_successor = cli("handoff", "local:ocean-3")
+    assert no_successor.code == 2 and "successor" in no_successor.err
+    unknown = cli("op", "sessions.handoff", '{"id": "ocean", "to": "ocean-2", "to_host": "nowhere"}')
+    assert unknown.code == 6 and "nowhere" in unknown.err
+    assert len(truth_events(isolated, "handoff")) == before
+
+
+def test_a_newer_generation_that_cannot_be_seen_stops_the_search(tmux: Tmux, cli: Any, isolated: Path) -> None:
+    """ocean → ocean-2 (live) → a generation on a host that does not answer: never delivered to ocean-2 instead."""
+    fleet = isolated / "fleet.toml"
+    fleet.write_text('[defaults]\nconnect_timeout = 2.0\n[hosts.dark]\nssh = "127.0.0.1"\nport = 1\n', encoding="utf-8")
+    ocean, ocean2 = tmux.agent("ocean"), tmux.agent("ocean-2")
+    assert cli("--fleet", str(fleet), "handoff", "local:ocean", "local:ocean-2").code == 0
+    # Recorded while the dark host still answered (written as drover writes it).
+    from drover.truth import TruthFile
+
+    TruthFile().append(
+        {
+            "v": 1,
+            "event": "handoff",
+            "ts": time.time(),
+            "from": {"host": "local", "ref": "ocean-2", "name": "ocean-2", "identity": None},
+            "to": {"host": "dark", "ref": "ocean-3", "name": "ocean-3", "pin": "%9", "identity": "tmux:default/%9@123"},
+        }
+    )
+    gone(ocean)
+    res = cli("--fleet", str(fleet), "send", "local:ocean", "where did the work go?")
+    assert res.code == 6, res.err
+    assert "cannot see generation 3" in res.err and "dark:ocean-3" in res.err
+    assert ocean2.messages() == []
+
+
+def test_over_ssh_the_successor_on_another_host_gets_it(sshfleet: SSHFleet, isolated: Path, cli: Any) -> None:
+    first = remote_agent(sshfleet, "h1", "worker", isolated)
+    second = remote_agent(sshfleet, "h2", "worker-2", isolated)
+    res = cli("handoff", "h1:worker", "h2:worker-2", "--json")
+    assert res.code == 0, res.err
+    assert res.json()["data"]["to"]["host"] == "h2"
+    sshfleet.tmux("h1", "kill-session", "-t", first.id)
+    code, doc = send(cli, "h1:worker", "the schema landed")
+    assert code == 0, doc
+    assert doc["data"]["host"] == "h2" and doc["data"]["redirected_from"] == "h1:worker"
+    wait_for(lambda: any("the schema landed" in m for m in second.messages()), what="h2 got it")
+
+
+def test_a_former_name_finds_its_session_only_when_no_live_session_bears_it() -> None:
+    def session(sid: str, name: str, former: list[str]) -> dict[str, Any]:
+        return {"id": sid, "name": name, "aliases": [sid], "former_names": former, "_record": {}, "engine": "claude"}
+
+    renamed = session("aaaa1111", "ocean-2", ["ocean"])
+    found = discovery.resolve("ocean", [renamed])
+    assert found is renamed and found["redirected_from"] == "ocean"
+    # A live session named ocean wins over one that was once called ocean.
+    live = session("bbbb2222", "ocean", [])
+    other = session("cccc3333", "ocean-3", ["ocean"])
+    assert discovery.resolve("ocean", [other, live]) is live
+    assert "redirected_from" not in live
