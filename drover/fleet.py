@@ -46,6 +46,13 @@ class HostConfig(_Strict):
     )
     connect_timeout: float | None = Field(None, gt=0)
     request_timeout: float | None = Field(None, gt=0)
+    trusted: list[str] = Field(
+        default_factory=list,
+        description="folders (and their subfolders) `drover spawn` pre-trusts in the engine's own settings file",
+    )
+    spawn_server: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="the tmux server (as tmux -L) spawned sessions start in"
+    )
 
     @field_validator("ssh")
     @classmethod
@@ -102,6 +109,28 @@ class EngineProfile(_Strict):
         return self.model_dump(exclude_none=True)
 
 
+class SpawnEngine(_Strict):
+    """How `drover spawn` starts one engine: `[spawn.claude]`, `[spawn.codex]`, or an engine of your own."""
+
+    command: str = Field(..., min_length=1, description="the command line; {cwd} and {name} are filled in, shell-quoted")
+    ready_timeout_s: float = Field(60.0, gt=0, le=3600, description="how long a new session may take to be ready")
+    trust_file: str | None = Field(None, description="the engine's settings file that pre-trusting writes (default: its own)")
+
+    @field_validator("command")
+    @classmethod
+    def _placeholders(cls, value: str) -> str:
+        import string
+
+        try:
+            fields = [f for _t, f, _s, _c in string.Formatter().parse(value) if f is not None]
+        except ValueError as exc:
+            raise ValueError(f"not a valid template ({exc}): write a literal brace as {{{{ or }}}}") from None
+        unknown = sorted(set(fields) - {"cwd", "name"})
+        if unknown:
+            raise ValueError(f"unknown placeholder {{{unknown[0]}}}: only {{cwd}} and {{name}} are filled in")
+        return value
+
+
 class Limits(_Strict):
     max_chars: int = Field(1_048_576, ge=1)
     bucket_size: int = Field(30, ge=1)
@@ -123,6 +152,7 @@ class Fleet(_Strict):
     limits: Limits = Field(default_factory=Limits)
     hosts: dict[str, HostConfig] = Field(default_factory=dict)
     engines: dict[str, EngineProfile] = Field(default_factory=dict)
+    spawn: dict[str, SpawnEngine] = Field(default_factory=dict)
 
     @field_validator("hosts")
     @classmethod

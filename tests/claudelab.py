@@ -139,6 +139,20 @@ class ClaudeLab:
             self.wait_registered(session)
         return session
 
+    def launcher(self) -> Path:
+        """A script that runs this lab's Claude offline in whatever pane starts it, as `sh LAUNCHER NAME`: the
+        command a spawn template names (`drover spawn`).  Its fake API logs to ROOT/NAME.requests.jsonl."""
+        script = self.root / "launch-claude.sh"
+        api = f"{sys.executable} {HERE / 'fake_anthropic.py'} --port 8765 --log {self.root}/\"$0\".requests.jsonl"
+        env = (
+            f"env -u CLAUDE_CONFIG_DIR -u TMUX_PANE HOME={self.home} ANTHROPIC_API_KEY=sk-ant-dummy "
+            "ANTHROPIC_BASE_URL=http://127.0.0.1:8765 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 "
+            "DISABLE_ERROR_REPORTING=1 IS_SANDBOX=1"
+        )
+        inner = f'ip link set lo up && ({api} &) && sleep 0.3 && exec {env} {self.binary} --name "$0"'
+        script.write_text(f"#!/bin/sh\nexec unshare -n sh -c '{inner}' \"$1\"\n")
+        return script
+
     def wait_registered(self, session: ClaudeSession, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -1,1 +1,110 @@
-"""(being built: see issues 10 and 11)"""
+"""drover spawn (start a session and brief it) and drover spawns (which sessions drover started, for whom)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from drover.cli import render
+from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, app, common, finish, read_text, run
+from drover.cli.commands import complete_target
+
+
+def complete_host(incomplete: str) -> list[str]:
+    return [h.rstrip(":") for h in complete_target(incomplete)]
+
+
+@app.command("spawn")
+def spawn(
+    host: Annotated[str, typer.Argument(help="the host to start it on", show_default=False, autocompletion=complete_host)],
+    engine: Annotated[str, typer.Option("--engine", "-e", help="claude, codex, or one with [spawn.ENGINE] in the fleet")],
+    cwd: Annotated[str, typer.Option("--cwd", help="the directory it starts in, on the host (absolute or ~/...)")],
+    brief: Annotated[str, typer.Option("--brief", help="its first message, or - to read it from stdin")],
+    name: Annotated[str | None, typer.Option("--name", help="its name (default: DIR-ENGINE-xxxx)")] = None,
+    parent_msg: Annotated[
+        str | None, typer.Option("--parent-msg", help="the message id this spawn answers (recorded as its parent)")
+    ] = None,
+    as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    actor: ActorOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Start a new agent session in tmux on HOST, wait until it is ready, and brief it.
+
+    The brief arrives after a snapshot: host, directory, git branch and commit, who dispatched it. A folder the
+    engine does not trust yet stops at its trust dialog: drover never answers it, reports the session as waiting
+    (exit 3) and does not brief it; list the folder under the host's `trusted = [...]` to pre-trust it.
+    """
+    common(fleet, actor, debug)
+    payload: dict[str, Any] = {
+        "host": host,
+        "engine": engine,
+        "cwd": cwd,
+        "name": name,
+        "brief": read_text(brief, "the brief"),
+        "parent_msg": parent_msg,
+    }
+    doc = run("sessions.spawn", payload)
+    finish(doc, as_json, show_spawn)
+
+
+def show_spawn(data: dict[str, Any]) -> None:
+    where = f"{data['host']}:{data['id']}"
+    git = data.get("git") or {}
+    code = f"  {git.get('branch') or 'detached'}@{git.get('commit') or '-'}" if git else ""
+    render.out.print(f"{data['state']} → {where} ({data['engine']} {data['name']}) in {data['cwd']}{code}", markup=False)
+    brief = data.get("brief")
+    if brief:
+        render.outcome(brief)
+    elif data["state"] == "waiting":
+        render.out.print(f"not briefed: {data['reason']}", style="yellow", markup=False)
+        for line in data.get("tail", [])[-6:]:
+            render.out.print(f"  │ {line}", style="dim", markup=False)
+    render.out.print(f"spawn {data['spawn_id']}", style="dim", markup=False)
+
+
+@app.command("spawns")
+def spawns(
+    host: Annotated[str | None, typer.Option("--host", "-H", help="only sessions spawned on this host")] = None,
+    parent: Annotated[
+        str | None, typer.Option("--parent", help="only those dispatched by this actor, or for this message id")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="the newest N")] = 50,
+    as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    actor: ActorOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """The sessions drover started: where, which engine, who dispatched them (the parent), and their brief."""
+    common(fleet, actor, debug)
+    doc = run("sessions.spawns", {"host": host, "parent": parent, "limit": limit})
+    finish(doc, as_json, show_spawns)
+
+
+def show_spawns(data: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    rows = data.get("spawns", [])
+    if not rows:
+        render.out.print("no spawned sessions in the record", style="dim", markup=False)
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("TIME", "HOST", "ID", "NAME", "ENGINE", "STATE", "PARENT", "BRIEF", "CWD"):
+        table.add_column(col, overflow="fold" if col == "CWD" else "ellipsis", no_wrap=col != "CWD")
+    for r in rows:
+        parent = r.get("parent") or {}
+        who = str(parent.get("actor") or "") + (f" ({parent['msg']})" if parent.get("msg") else "")
+        brief = f"{r.get('brief_outcome') or '-'} {r.get('brief_msg') or ''}".strip()
+        table.add_row(
+            str(r.get("time") or ""),
+            str(r.get("host") or ""),
+            str(r.get("id") or "-"),
+            str(r.get("name") or ""),
+            str(r.get("engine") or ""),
+            str(r.get("state") or ""),
+            who,
+            brief,
+            str(r.get("cwd") or ""),
+        )
+    render.out.print(table)

@@ -1,1 +1,249 @@
-"""(being built: see issue 10)"""
+"""sessions.spawn: start a new agent session on a host, wait until it is ready, hand it its brief; sessions.spawns:
+who started which session, for whom.
+
+A spawn is recorded before anything starts (`spawn_requested`: drover starts nothing it cannot record), then as
+`spawned` (the session, its identity, whether it is ready or waiting at a dialog) or `spawn_failed`, and, once its
+brief went through `sessions_message` like any other message, `spawn_briefed` (the brief's message id and
+outcome).  drover never answers a dialog: a session that stops at one (an untrusted folder's trust dialog) is
+reported as waiting and gets no brief; a person answers it, and `drover send` can brief it then.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Any
+
+from pydantic import Field
+
+from drover.errors import DroverError, EmptyText, ExitCode, InvalidRequest
+from drover.fleet import LOCAL, SpawnEngine
+from drover.ops.core import Context, Request, Result, op
+from drover.ops.send import MessageRequest, _exit_for, sessions_message
+from drover.ops.sessions import call_host
+from drover.record import now_iso
+from drover.remote import protocol as P
+
+# The engines drover can start with no [spawn.ENGINE] table: their own commands, found on the host's PATH.
+DEFAULT_TEMPLATES = {"claude": "claude --name {name}", "codex": "codex"}
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+class SpawnRequest(Request):
+    host: str = Field(LOCAL, description="the host to start it on")
+    engine: str = Field(..., description="claude, codex, or an engine with a [spawn.ENGINE] template in the fleet")
+    cwd: str = Field(..., description="the directory it starts in (absolute, or ~/... on the host)")
+    name: str | None = Field(None, description="its name (a new tmux session of that name); default DIR-ENGINE-xxxx")
+    brief: str = Field(..., description="its first message, sent after a snapshot of where and why it was started")
+    actor: str | None = Field(None, description="who is dispatching it (default: $DROVER_ACTOR, else user@host)")
+    parent_msg: str | None = Field(None, description="the message id this spawn answers (recorded as its parent)")
+
+
+class SpawnsRequest(Request):
+    host: str | None = Field(None, description="only sessions spawned on this host")
+    parent: str | None = Field(None, description="only those dispatched by this actor, or for this message id (or prefix)")
+    limit: int = Field(50, ge=1, le=10000, description="the newest N")
+
+
+def template_for(ctx: Context, engine: str) -> SpawnEngine:
+    spec = ctx.fleet.spawn.get(engine)
+    if spec is not None:
+        return spec
+    if engine in DEFAULT_TEMPLATES:
+        return SpawnEngine(command=DEFAULT_TEMPLATES[engine])
+    known = ", ".join(sorted({*DEFAULT_TEMPLATES, *ctx.fleet.spawn}))
+    raise InvalidRequest(
+        f"drover does not know how to start engine {engine!r}",
+        code=P.UNKNOWN_ENGINE,
+        hint=f'engines it can start: {known}; add [spawn.{engine}] command = "..." to the fleet for another',
+    )
+
+
+def snapshot_text(host: str, data: dict[str, Any], actor: str, parent_msg: str | None, spawn_id: str) -> str:
+    """The context the new session is told before its brief: where it runs, on what code, and for whom."""
+    git = data.get("git")
+    if git:
+        where = f"branch {git.get('branch') or '(detached HEAD)'} at {git.get('commit') or '(no commit yet)'}"
+        code = f"git: {where}" + (" with uncommitted changes" if git.get("dirty") else "")
+    else:
+        code = "git: not a git repository"
+    parent = f", for message {parent_msg}" if parent_msg else ""
+    return (
+        f"drover started this session: {data['name']} ({data['engine']}) on host {host}, in {data['cwd']}.\n"
+        f"{code}\n"
+        f"dispatched by {actor}{parent} (spawn {spawn_id}).\n"
+    )
+
+
+def _event(kind: str, spawn_id: str, **fields: Any) -> dict[str, Any]:
+    ts = time.time()
+    return {"v": 1, "event": kind, "id": spawn_id, "ts": ts, "time": now_iso(ts), **fields}
+
+
+async def spawn_session(
+    ctx: Context,
+    *,
+    host: str,
+    engine: str,
+    cwd: str,
+    name: str | None,
+    brief: str,
+    actor: str,
+    parent_msg: str | None = None,
+) -> dict[str, Any]:
+    """Start `engine` in `cwd` on `host`, wait until it is ready, brief it.  Bad input, an unreachable host, an
+    engine that exits at once or never gets ready raise DroverError (nothing is briefed); a session at a dialog
+    comes back with state "waiting" and brief None."""
+    if not brief.strip():
+        raise EmptyText("the brief is empty", hint="give the new session something to do: --brief TEXT, or - for stdin")
+    if name is not None and not NAME.match(name):
+        raise InvalidRequest(
+            f"the name {name!r} must be letters, digits, '_' or '-' (at most 64, starting with a letter or digit)",
+            hint="it becomes the tmux session's name, which ':' and '.' would break",
+        )
+    if not cwd.strip():
+        raise InvalidRequest("the directory is empty", hint="--cwd /path or ~/path on the host")
+    cfg = ctx.fleet.host(host)
+    spec = template_for(ctx, engine)
+    spawn_id = "spawn_" + uuid.uuid4().hex[:20]
+    parent = {"actor": actor, "msg": parent_msg}
+    # Write-ahead, as for a message: nothing starts that cannot be recorded (a full disk raises here).
+    ctx.truth.append(
+        _event("spawn_requested", spawn_id, host=host, engine=engine, cwd=cwd, name=name, actor=actor, parent=parent)
+    )
+    args = {
+        "engine": engine,
+        "cwd": cwd,
+        "name": name,
+        "command": spec.command,
+        "server": cfg.spawn_server or "default",
+        "trusted": cfg.trusted,
+        "trust_file": spec.trust_file,
+        "timeout_s": spec.ready_timeout_s,
+    }
+    try:
+        # The host does the waiting; the request only needs to outlive it.
+        data = await call_host(ctx, host, "spawn", args, timeout=spec.ready_timeout_s + ctx.timeout(host))
+    except DroverError as exc:
+        if exc.code == P.SPAWN_TIMEOUT:
+            exc.exit_code = ExitCode.TIMEOUT  # a helper error of the timeout class: `drover wait`'s exit code
+            exc.hint = "it is left running: `drover status` shows it; raise [spawn.ENGINE] ready_timeout_s if it is slow"
+        ctx.truth.append(_event("spawn_failed", spawn_id, host=host, code=exc.code, message=exc.message, **exc.details))
+        raise
+    result: dict[str, Any] = {
+        "spawn_id": spawn_id,
+        "host": host,
+        "id": data["id"],
+        "name": data["name"],
+        "engine": data["engine"],
+        "cwd": data["cwd"],
+        "state": data["state"],
+        "reason": data["reason"],
+        "identity": data.get("identity"),
+        "pane": data.get("pane"),
+        "server": data.get("server"),
+        "git": data.get("git"),
+        "pretrusted": data.get("pretrusted", False),
+        "parent": parent,
+        "tail": data.get("tail", []),
+        "brief": None,
+    }
+    for key in ("trust_file", "trust_written", "pretrust_note", "warnings"):
+        if key in data:
+            result[key] = data[key]
+    # The event's own `id` is the spawn's; the session's id is `session`.
+    recorded = {k: result[k] for k in ("host", "identity", "engine", "cwd", "name", "state", "reason", "pane", "server")}
+    ctx.truth.append(_event("spawned", spawn_id, session=result["id"], actor=actor, parent=parent, git=result["git"], **recorded))
+    if result["state"] != "ready":
+        return result  # at a dialog: drover never answers one, and a brief would only wait behind it (or answer it)
+    text = snapshot_text(host, result, actor, parent_msg, spawn_id) + "\n" + brief
+    sent = await sessions_message(ctx, MessageRequest(host=host, id=result["id"], text=text, actor=actor))
+    result["brief"] = sent.data
+    outcome = sent.data or {}
+    ctx.truth.append(
+        _event("spawn_briefed", spawn_id, brief_msg=outcome.get("id"), outcome=outcome.get("outcome"), code=outcome.get("code"))
+    )
+    return result
+
+
+@op("sessions.spawn", SpawnRequest, "start a new agent session in tmux, wait until it is ready, brief it", "drover spawn")
+async def sessions_spawn(ctx: Context, req: SpawnRequest) -> Result:
+    data = await spawn_session(
+        ctx,
+        host=req.host,
+        engine=req.engine,
+        cwd=req.cwd,
+        name=req.name,
+        brief=req.brief,
+        actor=ctx.who(req.actor),
+        parent_msg=req.parent_msg,
+    )
+    where = f"{req.host}:{data['name']}"
+    if data["state"] == "waiting":
+        message = (
+            f"{where} started but stopped at a dialog ({data['reason']}); drover never answers one, so it was not "
+            "briefed: a person must"
+        )
+        hint = f"answer it there (tmux attach -t {data['name']}), or pre-trust the folder in the fleet: trusted = [...]"
+        return Result(data, [{"code": P.HELD, "message": message, "hint": hint, "host": req.host}], ExitCode.HELD)
+    brief = data["brief"] or {}
+    exit_code = _exit_for(brief)
+    if exit_code != ExitCode.OK:
+        message = f"{where} is ready but its brief was {brief.get('outcome')}: {brief.get('detail', '')}"
+        return Result(
+            data, [{"code": brief.get("code") or brief.get("outcome"), "message": message, "host": req.host}], exit_code
+        )
+    return Result(data)
+
+
+def fold(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every spawn, from its events, in the order they were requested."""
+    spawns: dict[str, dict[str, Any]] = {}
+    for ev in events:
+        kind, sid = ev.get("event"), ev.get("id")
+        if not isinstance(sid, str) or not isinstance(kind, str) or not kind.startswith("spawn"):
+            continue
+        if kind == "spawn_requested":
+            spawns[sid] = {
+                "spawn_id": sid,
+                "time": ev.get("time"),
+                "state": "requested",
+                "brief_msg": None,
+                "brief_outcome": None,
+            }
+            for key in ("host", "engine", "cwd", "name", "actor", "parent"):
+                spawns[sid][key] = ev.get(key)
+            continue
+        row = spawns.get(sid)
+        if row is None:
+            continue
+        if kind == "spawned":
+            row["id"] = ev.get("session")
+            for key in ("identity", "name", "cwd", "state", "reason", "pane", "server", "git"):
+                row[key] = ev.get(key)
+        elif kind == "spawn_failed":
+            row.update(state="failed", code=ev.get("code"), reason=ev.get("message"))
+        elif kind == "spawn_briefed":
+            row.update(brief_msg=ev.get("brief_msg"), brief_outcome=ev.get("outcome"))
+    return list(spawns.values())
+
+
+def _parent_matches(row: dict[str, Any], parent: str) -> bool:
+    p = row.get("parent")
+    if not isinstance(p, dict):
+        return False
+    msg = p.get("msg")
+    return p.get("actor") == parent or (isinstance(msg, str) and msg.startswith(parent))
+
+
+@op("sessions.spawns", SpawnsRequest, "the sessions drover started: where, who dispatched them, their brief", "drover spawns")
+async def sessions_spawns(ctx: Context, req: SpawnsRequest) -> Result:
+    rows = fold(list(ctx.truth.events()))
+    if req.host:
+        rows = [r for r in rows if r.get("host") == req.host]
+    if req.parent:
+        parent = req.parent
+        rows = [r for r in rows if _parent_matches(r, parent)]
+    total = len(rows)
+    return Result({"spawns": rows[-req.limit :], "total": total})

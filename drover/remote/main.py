@@ -143,6 +143,7 @@ OPS: Dict[str, Callable[[Dict[str, Any], Profiles], Any]] = {
     "classify": op_classify,
     "resolve": op_resolve,
     "verify": op_verify,
+    "spawn": _in("spawn", "spawn"),
 }
 
 

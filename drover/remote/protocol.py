@@ -140,6 +140,12 @@ INTERRUPTED = "interrupted"
 NOT_SUBMITTED = "not_submitted"
 # Timeouts of a wait
 WAIT_TIMEOUT = "wait_timeout"
+# Starting a session (drover spawn)
+CWD_NOT_FOUND = "cwd_not_found"  # the directory to start in does not exist on the host (or is not a directory)
+NAME_TAKEN = "name_taken"  # a tmux session or a live session already has that name
+ENGINE_EXITED = "engine_exited"  # the engine's command exited at once (its pane died): nothing is running
+SPAWN_TIMEOUT = "spawn_timeout"  # the new session was not ready (nor at a dialog) in time; it is left running
+TRUST_FILE_ERROR = "trust_file_error"  # the engine's settings file could not be read or written to pre-trust a folder
 # The catch-all of a bug
 INTERNAL_ERROR = "error"
 
@@ -233,6 +239,11 @@ CODES = {
     INTERRUPTED: FAILURE,
     NOT_SUBMITTED: FAILURE,
     WAIT_TIMEOUT: TIMEOUT,
+    CWD_NOT_FOUND: USAGE,
+    NAME_TAKEN: USAGE,
+    ENGINE_EXITED: FAILURE,
+    SPAWN_TIMEOUT: TIMEOUT,
+    TRUST_FILE_ERROR: CONFIG,
     INTERNAL_ERROR: INTERNAL,
 }
 
