@@ -1,1 +1,252 @@
-"""(being built: see issue 10)"""
+"""sessions.broadcast: the same text to every agent session a selector matches, skipping those waiting on a human.
+
+Who is addressed: the agent sessions (a pane that runs no agent is never addressed: a broadcast is no way to type
+into shells) on the selected hosts (--host, --tag), narrowed by engine, name glob and cwd glob.  A selector, or an
+explicit `all`, is required: a bare broadcast to the whole fleet by accident is refused.
+
+Each host is asked once who is there and who waits on a person (drover/remote/attention.py, the same look `drover
+board` takes).  A session in a dialog, in Claude's `waiting`, or with a person's draft in its input box is skipped
+and recorded as refused (`waiting_on_human`) with its reason, so `drover log` shows every session the broadcast
+meant.  Every other session gets the message through `sessions_message` -- its own message id, limits, the
+write-ahead record and the guard, whose own last look right before the paste still applies.  The messages of one
+broadcast share its id (`broadcast` in each message's options).  A host that cannot be asked is a failed row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import secrets
+import time
+from collections import Counter
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any, Literal
+
+from pydantic import Field
+
+from drover.errors import DroverError, EmptyText, ExitCode, UsageError, exit_code_of
+from drover.ops.core import Context, Request, Result, op
+from drover.ops.send import MessageRequest, sessions_message
+from drover.ops.sessions import call_host, fan_out_each
+from drover.remote import protocol as P
+from drover.truth import TruthFile
+
+SKIPPED = "skipped"  # a broadcast's own outcome: not sent, because a person is in the middle of something there
+NOT_AGENTS = ("shell",)
+# Deliveries at once on one host: each is a channel of the host's one SSH connection, and OpenSSH's sshd opens at
+# most 10 per connection by default (MaxSessions).
+PER_HOST = 8
+# Which outcome is worse, for the exit code: a failure beats a missing session beats a refusal beats a hold.
+SEVERITY: list[int] = [ExitCode.OK, ExitCode.HELD, ExitCode.REFUSED, ExitCode.TARGET, ExitCode.FAILED]
+
+
+class BroadcastRequest(Request):
+    text: str = Field(..., description="the message, the same for every session")
+    hosts: list[str] | None = Field(None, description="only these hosts")
+    tags: list[str] | None = Field(None, description="only hosts with one of these tags")
+    engine: str | None = Field(None, description="only sessions running this engine (claude, codex, gemini, demo, ...)")
+    name: str | None = Field(None, description="only sessions whose name matches this glob (webapp-*)")
+    cwd: str | None = Field(None, description="only sessions whose directory matches this glob (/srv/*/api)")
+    all: bool = Field(False, description="every agent session of the fleet (required when no other selector is given)")
+    actor: str | None = Field(None, description="who is sending (default: $DROVER_ACTOR, else user@host)")
+    via: Literal["auto", "inbox", "tmux"] = Field("auto", description="the lane for each session: auto picks its best")
+
+
+def new_broadcast_id() -> str:
+    return f"bc_{int(time.time() * 1000):012x}{secrets.token_hex(3)}"
+
+
+class _TaggedTruth(TruthFile):
+    """The truth file, writing the broadcast's id into each message's options (sessions_message builds them)."""
+
+    def __init__(self, home: Any, broadcast: str) -> None:
+        super().__init__(home)
+        self.broadcast = broadcast
+
+    def accept(self, **kwargs: Any) -> tuple[str, dict[str, Any] | None]:
+        kwargs["options"] = {**kwargs["options"], "broadcast": self.broadcast}
+        return super().accept(**kwargs)
+
+
+@dataclass
+class _BroadcastContext(Context):
+    """The caller's Context (its fleet, its connections: the same dict) with the tagged truth file."""
+
+    broadcast: str = ""
+
+    @property
+    def truth(self) -> TruthFile:
+        return _TaggedTruth(self.home, self.broadcast)
+
+
+def _tagged(ctx: Context, broadcast: str) -> Context:
+    _ = ctx.fleet  # loaded once, shared
+    # Every field as the caller's (the same dicts: connections opened or released by either are the other's too).
+    values = {f.name: getattr(ctx, f.name) for f in dataclasses.fields(Context) if f.init}
+    return _BroadcastContext(**values, broadcast=broadcast)
+
+
+def _selected(req: BroadcastRequest, s: dict[str, Any]) -> bool:
+    if s.get("engine") in NOT_AGENTS:
+        return False
+    if req.engine and s.get("engine") != req.engine:
+        return False
+    if req.name and not fnmatchcase(s.get("name") or "", req.name):
+        return False
+    return not (req.cwd and not fnmatchcase(s.get("cwd") or "", req.cwd))
+
+
+def _brief(s: dict[str, Any]) -> dict[str, Any]:
+    return {k: s.get(k) for k in ("id", "name", "engine", "cwd", "server", "target") if s.get(k) is not None}
+
+
+def _skip(ctx: Context, broadcast: str, actor: str, host: str, s: dict[str, Any], text: str) -> dict[str, Any]:
+    """A session waiting on a person: recorded as refused (accepted and refused in one write), shown as skipped."""
+    human = s["human"]
+    refusal = {"outcome": P.REFUSED, "code": P.WAITING_ON_HUMAN, "detail": f"skipped: {human['reason']}", "skipped": True}
+    lim = ctx.fleet.limits
+    options = {"broadcast": broadcast, "identity": s.get("identity"), "pin": s.get("pin")}
+    msg_id, _ = ctx.truth.accept(
+        actor=actor,
+        host=host,
+        target=s["pin"],
+        text=text,
+        options=options,
+        max_stored_chars=lim.max_chars,
+        check=lambda _r: refusal,
+    )
+    return {
+        "id": msg_id,
+        "host": host,
+        "target": s["pin"],
+        "outcome": SKIPPED,
+        "code": P.WAITING_ON_HUMAN,
+        "detail": human["reason"],
+        "lane": None,
+        "session": _brief(s),
+        "exit_code": int(ExitCode.REFUSED),
+    }
+
+
+async def _send(bctx: Context, req: BroadcastRequest, actor: str, host: str, s: dict[str, Any]) -> dict[str, Any]:
+    message = MessageRequest(host=host, id=s["pin"], text=req.text, actor=actor, via=req.via)
+    try:
+        result = await sessions_message(bctx, message)
+    except DroverError as exc:  # the truth file could not take the accepted event: nothing was sent
+        return {
+            "id": None,
+            "host": host,
+            "target": s["pin"],
+            "outcome": P.FAILED,
+            "code": exc.code,
+            "detail": exc.message,
+            "session": _brief(s),
+            "exit_code": int(exc.exit_code),
+        }
+    data = dict(result.data)
+    row = {k: data.get(k) for k in ("id", "host", "target", "outcome", "code", "detail", "lane", "verified")}
+    row["session"] = data.get("session") or _brief(s)
+    row["exit_code"] = int(result.exit_code)
+    if data.get("warnings"):
+        row["warnings"] = data["warnings"]
+    return row
+
+
+def _host_failed(host: str, err: DroverError) -> dict[str, Any]:
+    detail = err.message + (f" ({err.hint})" if err.hint else "")
+    return {"id": None, "host": host, "target": None, "outcome": P.FAILED, "code": err.code, "detail": detail, "session": None}
+
+
+def _worst(codes: list[int]) -> int:
+    def rank(code: int) -> int:
+        return SEVERITY.index(code) if code in SEVERITY else len(SEVERITY)
+
+    return max(codes, key=rank) if codes else ExitCode.OK
+
+
+def summary_line(broadcast: str, rows: list[dict[str, Any]], hosts: int) -> str:
+    counts = Counter(r["outcome"] for r in rows)
+    order = [P.DELIVERED, P.QUEUED, SKIPPED, P.HELD, P.REFUSED, P.DROPPED, P.FAILED]
+    parts = [f"{counts[o]} {o}" for o in order if counts.get(o)]
+    sessions = sum(1 for r in rows if r.get("session") is not None)
+    where = f"{sessions} session{'s' if sessions != 1 else ''} on {hosts} host{'s' if hosts != 1 else ''}"
+    return f"broadcast {broadcast}: " + (", ".join(parts) or "nothing sent") + f" ({where})"
+
+
+@op(
+    "sessions.broadcast",
+    BroadcastRequest,
+    "the same text to every agent session a selector matches, skipping those waiting on a human",
+    "drover broadcast",
+)
+async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
+    if not req.text.strip():
+        raise EmptyText("the message text is empty", hint="give the text as an argument, or - to read it from stdin")
+    if not (req.all or req.hosts or req.tags or req.engine or req.name or req.cwd):
+        raise UsageError(
+            "a broadcast needs a selector: --host, --tag, --engine, --name or --cwd, or --all for every agent session",
+            hint="drover broadcast --all TEXT sends to the whole fleet; say so if you mean it",
+        )
+    if req.engine in NOT_AGENTS:
+        raise UsageError(
+            f"a broadcast goes to agent sessions only: panes that run no agent ({req.engine}) get nothing",
+            hint="send to one such pane with `drover send --raw`",
+        )
+    actor = ctx.who(req.actor)
+    hosts = ctx.fleet.select(req.hosts, req.tags)
+    broadcast = new_broadcast_id()
+    bctx = _tagged(ctx, broadcast)
+    matched = 0
+
+    async def one(host: str, s: dict[str, Any]) -> dict[str, Any]:
+        if s.get("human"):
+            return _skip(bctx, broadcast, actor, host, s, req.text)
+        return await _send(bctx, req, actor, host, s)
+
+    async def on_host(host: str) -> list[dict[str, Any]]:
+        """Who is there, then the message to each chosen session at once: one host's work, in one connection slot."""
+        nonlocal matched
+        data = await call_host(ctx, host, "attention", {})
+        chosen = [s for s in data.get("sessions", []) if _selected(req, s)]
+        matched += len(chosen)
+        channels = asyncio.Semaphore(PER_HOST)
+
+        async def bounded(s: dict[str, Any]) -> dict[str, Any]:
+            async with channels:
+                return await one(host, s)
+
+        return list(await asyncio.gather(*(bounded(s) for s in chosen)))
+
+    rows: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    answers = await fan_out_each(ctx, hosts, on_host)
+    for host, done, err in answers:
+        if err is not None:
+            rows.append({**_host_failed(host, err), "exit_code": int(ExitCode.FAILED)})
+            errors.append(err.to_dict())
+        else:
+            rows += done
+    # The unreachable hosts first, then by host and session, as `drover ls` orders them.
+    order = {h: i for i, h in enumerate(hosts)}
+    rows.sort(key=lambda r: (r.get("session") is not None, order.get(r["host"], len(order)), r.get("target") or ""))
+    exit_code = _worst([r.pop("exit_code") for r in rows])
+    if not matched and (not hosts or len(errors) < len(hosts)):
+        where = f"{len(hosts)} host(s)" if hosts else "no host (no host has those tags)"
+        errors.append(
+            {
+                "code": P.NO_MATCH,
+                "message": f"no agent session matched the selector on {where}: nothing was sent",
+                "hint": "`drover ls` shows the sessions, their names, engines and directories",
+            }
+        )
+        exit_code = _worst([exit_code, exit_code_of(P.NO_MATCH)])
+    counts = dict(Counter(r["outcome"] for r in rows))
+    data = {
+        "broadcast": broadcast,
+        "actor": actor,
+        "messages": rows,
+        "counts": counts,
+        "summary": summary_line(broadcast, rows, len(hosts)),
+    }
+    return Result(data, errors, exit_code)

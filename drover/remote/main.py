@@ -143,6 +143,8 @@ OPS: Dict[str, Callable[[Dict[str, Any], Profiles], Any]] = {
     "classify": op_classify,
     "resolve": op_resolve,
     "verify": op_verify,
+    "attention": _in("attention", "sessions"),
+    "wait_file": _in("files", "wait_file"),
     "spawn": _in("spawn", "spawn"),
 }
 

@@ -91,6 +91,7 @@ PANE_LOCKED = "pane_locked"
 WOULD_BE_HELD = "would_be_held"
 CANNOT_VERIFY = "cannot_verify"
 NOT_FOREGROUND = "not_foreground"
+WAITING_ON_HUMAN = "waiting_on_human"  # a broadcast skipped it: a dialog, Claude's waiting, or a draft
 # Refusals by drover's limits and policy
 TOO_LARGE = "too_large"
 DUPLICATE = "duplicate"
@@ -140,6 +141,10 @@ INTERRUPTED = "interrupted"
 NOT_SUBMITTED = "not_submitted"
 # Timeouts of a wait
 WAIT_TIMEOUT = "wait_timeout"
+# What a broadcast or a file wait names does not exist (or cannot be looked at)
+NO_MATCH = "no_match"
+NO_SUCH_DIRECTORY = "no_such_directory"
+PERMISSION_DENIED = "permission_denied"
 # Starting a session (drover spawn)
 CWD_NOT_FOUND = "cwd_not_found"  # the directory to start in does not exist on the host (or is not a directory)
 NAME_TAKEN = "name_taken"  # a tmux session or a live session already has that name
@@ -196,6 +201,7 @@ CODES = {
     WOULD_BE_HELD: REFUSAL,
     CANNOT_VERIFY: REFUSAL,
     NOT_FOREGROUND: REFUSAL,
+    WAITING_ON_HUMAN: REFUSAL,
     TOO_LARGE: REFUSAL,
     DUPLICATE: REFUSAL,
     RATE_LIMITED: REFUSAL,
@@ -239,6 +245,9 @@ CODES = {
     INTERRUPTED: FAILURE,
     NOT_SUBMITTED: FAILURE,
     WAIT_TIMEOUT: TIMEOUT,
+    NO_MATCH: TARGET,
+    NO_SUCH_DIRECTORY: TARGET,
+    PERMISSION_DENIED: TARGET,
     CWD_NOT_FOUND: USAGE,
     NAME_TAKEN: USAGE,
     ENGINE_EXITED: FAILURE,

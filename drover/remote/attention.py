@@ -1,0 +1,67 @@
+"""Who needs a human: every session on this host with the evidence that it waits on a person, if it does.
+
+A session waits on a human when Claude's own registry says `waiting` (a permission prompt, input needed), when
+its screen's live region shows a dialog (a trust or permission menu, a held message, a password prompt), or when
+its input box holds a person's unsent draft.  `drover broadcast` skips such sessions and `drover board` lists the
+first two kinds; both ask this one op, so they never disagree about who is waiting.
+
+"Since when" is the time the state began where the host knows it: Claude's `statusUpdatedAt` for its own
+`waiting`, the pane's last activity (the moment the dialog or the draft was drawn) for what the screen shows.
+"""
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import discovery
+from .discovery import Profiles, Session
+from .screen import classify
+
+WAITING = "waiting"  # Claude's registry says so
+DIALOG = "dialog"  # the screen shows one
+DRAFT = "draft"  # a person's text sits in the input box
+
+
+def _screen_seen(session: Session, profiles: Profiles) -> Dict[str, Any]:
+    """What the screen says (state, reason, draft).  A pane session carries it already; a Claude session with a
+    pane has only its screen, classified here with the full result (with_state keeps just the state)."""
+    if "_record" not in session:
+        return session
+    screen = session.get("_screen") or ""
+    if not screen:
+        return {}
+    return classify(screen, profiles["claude"])
+
+
+def _pane_since(session: Session) -> Optional[int]:
+    pane = discovery.pane_of(session)
+    since = pane.get("since") if pane else None
+    return since if isinstance(since, int) else None
+
+
+def waiting_on_human(session: Session, profiles: Profiles) -> Tuple[Optional[str], Optional[str], Any, Optional[str]]:
+    """(kind, reason, since, since_source) for a session that waits on a person; (None, None, None, None) otherwise."""
+    if "_record" in session and session.get("state") == "waiting":
+        reason = "Claude is waiting: %s" % (session.get("waiting_for") or "for its human")
+        return WAITING, reason, session.get("since"), "claude"
+    seen = _screen_seen(session, profiles)
+    if seen.get("state") == "dialog":
+        return DIALOG, str(seen.get("reason") or "dialog on screen"), _pane_since(session), "pane_activity"
+    if seen.get("draft"):
+        return DRAFT, "draft in the input", _pane_since(session), "pane_activity"
+    return None, None, None, None
+
+
+def row(session: Session, profiles: Profiles) -> Dict[str, Any]:
+    out = discovery.public(session)
+    out.pop("input", None)  # a person's draft is theirs: that there is one is enough
+    kind, reason, since, source = waiting_on_human(session, profiles)
+    out["human"] = {"kind": kind, "reason": reason, "since": since, "since_source": source} if kind else None
+    out["pin"] = discovery.pin(session)
+    out["identity"] = discovery.identity(session)
+    return out
+
+
+def sessions(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    """Every session on this host with its state and, when it waits on a person, why and since when."""
+    warnings: List[str] = []
+    found = [discovery.with_state(s, profiles) for s in discovery.discover(profiles, warnings)]
+    return {"sessions": [row(s, profiles) for s in found], "warnings": warnings}

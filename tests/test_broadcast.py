@@ -1,0 +1,199 @@
+"""drover broadcast: one text to every agent session a selector matches, over real panes on real (SSH) hosts; the
+sessions waiting on a human are skipped, said so, and recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import drover
+from tests.conftest import Pane, Tmux, remote_agent, stays, wait_for
+from tests.sshfleet import SSHFleet, free_port
+
+ACTOR = "coordinator"
+
+
+def envelope(body: str) -> str:
+    return f'<cross-session-message from-name="drover ({ACTOR})" from-mode="prompting">\n{body}\n</cross-session-message>'
+
+
+def show_dialog(pane: Pane, screen: Any) -> None:
+    os.kill(pane.pid, signal.SIGUSR1)
+    wait_for(lambda: "Do you want to proceed?" in screen(), what="the dialog on screen")
+
+
+def log_rows() -> list[dict[str, Any]]:
+    return list(drover.run("messages.list", {"limit": 100}).data["messages"])
+
+
+def test_broadcast_over_three_hosts_skips_the_dialog_and_the_draft(sshfleet: SSHFleet, isolated: Path, cli: Any) -> None:
+    """The issue's must-show: delivered to the rest, the session in a dialog and the one with a draft listed as
+    skipped, each with its reason, every one of them in the record under one broadcast id."""
+    panes = {
+        ("h1", "worker-1"): remote_agent(sshfleet, "h1", "worker-1", isolated),
+        ("h1", "worker-4"): remote_agent(sshfleet, "h1", "worker-4", isolated),
+        ("h2", "worker-2"): remote_agent(sshfleet, "h2", "worker-2", isolated),
+        ("h3", "worker-3"): remote_agent(sshfleet, "h3", "worker-3", isolated),
+    }
+
+    def screen(host: str, name: str) -> str:
+        return sshfleet.tmux(host, "capture-pane", "-p", "-t", panes[(host, name)].id).stdout
+
+    show_dialog(panes[("h2", "worker-2")], lambda: screen("h2", "worker-2"))
+    sshfleet.tmux("h3", "send-keys", "-t", panes[("h3", "worker-3")].id, "-l", "half a thought of my own")
+    wait_for(lambda: "half a thought of my own" in screen("h3", "worker-3"), what="the draft on screen")
+
+    res = cli("--actor", ACTOR, "broadcast", "--all", "standup in 5: push what you have", "--json")
+    assert res.code == 4, res.out + res.err  # the worst outcome is a skip, which counts as refused
+    data = res.json()["data"]
+    rows = {(r["host"], r["session"]["name"]): r for r in data["messages"]}
+    assert {k: r["outcome"] for k, r in rows.items()} == {
+        ("h1", "worker-1"): "delivered",
+        ("h1", "worker-4"): "delivered",
+        ("h2", "worker-2"): "skipped",
+        ("h3", "worker-3"): "skipped",
+    }
+    assert rows[("h2", "worker-2")]["code"] == "waiting_on_human"
+    assert rows[("h2", "worker-2")]["detail"].startswith("dialog on screen: ") and "proceed" in rows[("h2", "worker-2")]["detail"]
+    assert rows[("h3", "worker-3")]["detail"] == "draft in the input"
+    assert data["counts"] == {"delivered": 2, "skipped": 2}
+    assert data["summary"].startswith(f"broadcast {data['broadcast']}: 2 delivered, 2 skipped (4 sessions on 4 hosts)")
+
+    for key in (("h1", "worker-1"), ("h1", "worker-4")):
+        wait_for(panes[key].messages, what=f"the message on {key}")
+        assert panes[key].messages() == [envelope("standup in 5: push what you have")]
+    # The person's dialog was not answered and their draft was neither submitted nor disturbed.
+    stays(lambda: panes[("h2", "worker-2")].events("dialog") == [] and panes[("h2", "worker-2")].messages() == [])
+    assert panes[("h3", "worker-3")].messages() == [] and "half a thought of my own" in screen("h3", "worker-3")
+
+    # The record shows every session the broadcast meant, under its one id; the skips as refused, with the reason.
+    logged = {(m["host"], m["outcome"], m["code"]) for m in log_rows()}
+    assert logged == {("h1", "delivered", None), ("h2", "refused", "waiting_on_human"), ("h3", "refused", "waiting_on_human")}
+    assert len(log_rows()) == 4
+    for m in log_rows():
+        full = drover.run("messages.get", {"id": m["id"]}).data["message"]
+        assert full["options"]["broadcast"] == data["broadcast"], full
+        assert full["text"] == "standup in 5: push what you have"
+
+    human = cli("--actor", ACTOR, "broadcast", "--host", "h2", "--host", "h3", "second round")
+    assert human.code == 4
+    assert "skipped" in human.out and "draft in the input" in human.out and "dialog on screen" in human.out
+    assert "0 delivered" not in human.out and ": 2 skipped (2 sessions on 2 hosts)" in human.out
+
+
+def test_a_bare_broadcast_to_everyone_is_refused_and_nothing_is_recorded(cli: Any) -> None:
+    res = cli("broadcast", "hello everyone")
+    assert res.code == 2
+    assert "a broadcast needs a selector" in res.err and "--all" in res.err
+    assert len(res.err.strip().splitlines()) == 1 and "Traceback" not in res.err
+    assert cli("broadcast", "--all", "   ").code == 2
+    shells = cli("broadcast", "--engine", "shell", "ls -la")
+    assert shells.code == 2 and "agent sessions only" in shells.err
+    unknown = cli("broadcast", "--host", "nosuchhost", "hi")
+    assert unknown.code == 6 and "unknown host 'nosuchhost'" in unknown.err
+    op = cli("op", "sessions.broadcast", json.dumps({"text": "hi", "everyone": True}))
+    assert op.code == 2 and "everyone: unknown field" in op.err
+    assert log_rows() == []
+
+
+def test_a_broadcast_that_matches_nothing_says_so(tmux: Tmux, cli: Any) -> None:
+    pane = tmux.agent("alpha-1")
+    shell = tmux.start("plain-shell", "bash --norc --noprofile")
+    res = cli("broadcast", "--name", "beta-*", "anyone?", "--json")
+    assert res.code == 6, res.out
+    doc = res.json()
+    assert doc["data"]["messages"] == [] and doc["errors"][0]["code"] == "no_match"
+    human = cli("broadcast", "--name", "beta-*", "anyone?")
+    assert human.code == 6 and "no agent session matched the selector" in human.err and "nothing sent" in human.out
+    # A pane that runs no agent is never addressed, even by --all.
+    res = cli("--actor", ACTOR, "broadcast", "--all", "only agents", "--json")
+    assert res.code == 0, res.out
+    assert [r["session"]["id"] for r in res.json()["data"]["messages"]] == [pane.id]
+    assert shell.id not in json.dumps(log_rows())
+    assert log_rows()[0]["outcome"] == "delivered"
+
+
+def test_selectors_name_glob_cwd_glob_and_engine(tmux: Tmux, isolated: Path, cli: Any) -> None:
+    api1, api2, web = tmux.agent("api-1"), tmux.agent("api-2"), tmux.agent("web-1")
+    res = cli("--actor", ACTOR, "broadcast", "--name", "api-*", "api only", "--json")
+    assert res.code == 0, res.out
+    assert sorted(r["session"]["name"] for r in res.json()["data"]["messages"]) == ["api-1", "api-2"]
+    wait_for(lambda: api1.messages() and api2.messages())
+    stays(lambda: web.messages() == [], what="web-1 getting nothing")
+    assert cli("broadcast", "--cwd", "/nowhere/*", "x").code == 6
+    res = cli("--actor", ACTOR, "broadcast", "--cwd", f"{isolated}*", "--engine", "demo", "all three", "--json")
+    assert res.code == 0 and len(res.json()["data"]["messages"]) == 3
+    assert cli("broadcast", "--engine", "codex", "nobody runs codex here").code == 6
+
+
+def test_the_guards_own_last_look_still_applies_after_the_skip_check(tmux: Tmux, cli: Any) -> None:
+    """A dialog that appears after the broadcast looked (here: the moment the paste starts) is the guard's to catch:
+    the row is refused by the guard, never delivered, and no Enter answers the dialog."""
+    calm = tmux.agent("calm")
+    jumpy = tmux.agent("jumpy", "default", "--dialog-on-paste")
+    res = cli("--actor", ACTOR, "broadcast", "--all", "careful now", "--json")
+    assert res.code == 4, res.out
+    rows = {r["session"]["name"]: r for r in res.json()["data"]["messages"]}
+    assert rows["calm"]["outcome"] == "delivered"
+    assert rows["jumpy"]["outcome"] == "refused" and rows["jumpy"]["code"] in ("dialog_after_paste", "dialog", "paste_not_shown")
+    wait_for(calm.messages)
+    stays(lambda: jumpy.events("dialog") == [] and jumpy.messages() == [], what="the dialog left unanswered")
+
+
+def test_claude_waiting_in_its_registry_is_skipped_with_what_it_waits_for(
+    tmux: Tmux, isolated: Path, cli: Any, monkeypatch: Any
+) -> None:
+    """Claude's own `waiting` (its registry record) is a skip before anything is sent, with its waitingFor."""
+    sessions = isolated / "claude" / "sessions"
+    sessions.mkdir(parents=True)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(sessions.parent))
+    holder = tmux.start("holder", "sleep 600")  # a live process for the record to name
+    pid = int(holder.tmux("display-message", "-p", "-t", holder.id, "#{pane_pid}").strip())
+    start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    record = {
+        "pid": pid,
+        "sessionId": "c0ffee00-1111-2222-3333-444455556666",
+        "procStart": start,
+        "name": "reviewer",
+        "cwd": str(isolated),
+        "status": "waiting",
+        "waitingFor": "permission prompt",
+        "statusUpdatedAt": 1_700_000_000_000,
+        "messagingSocketPath": str(isolated / "nobody-listens.sock"),
+    }
+    (sessions / f"{pid}.json").write_text(json.dumps(record))
+    agent = tmux.agent("helper-agent")
+    res = cli("--actor", ACTOR, "broadcast", "--all", "status please", "--json")
+    assert res.code == 4, res.out
+    rows = {r["session"]["name"]: r for r in res.json()["data"]["messages"]}
+    assert rows["reviewer"]["outcome"] == "skipped" and rows["reviewer"]["detail"] == "Claude is waiting: permission prompt"
+    assert rows["helper-agent"]["outcome"] == "delivered"
+    wait_for(agent.messages)
+
+
+def test_an_unreachable_host_is_a_failed_row_and_the_others_still_get_it(sshfleet: SSHFleet, isolated: Path, cli: Any) -> None:
+    pane = remote_agent(sshfleet, "h1", "survivor", isolated)
+    extra = f'[hosts.closed]\nssh = "127.0.0.1"\nport = {free_port()}\nconnect_timeout = 2.0\n'
+    sshfleet.fleet_file.write_text(sshfleet.fleet_toml(extra), encoding="utf-8")  # type: ignore[attr-defined]
+    res = cli("--actor", ACTOR, "broadcast", "--host", "h1", "--host", "closed", "still there?", "--json")
+    assert res.code == 5, res.out  # the worst outcome: a host that could not be asked
+    doc = res.json()
+    rows = {r["host"]: r for r in doc["data"]["messages"]}
+    assert rows["closed"]["outcome"] == "failed" and rows["closed"]["code"] == "connection_refused"
+    assert rows["closed"]["session"] is None and rows["closed"]["id"] is None
+    assert rows["h1"]["outcome"] == "delivered"
+    assert [e["host"] for e in doc["errors"]] == ["closed"]
+    wait_for(pane.messages)
+    human = cli("--actor", ACTOR, "broadcast", "--host", "h1", "--host", "closed", "and again?")
+    assert human.code == 5 and "drover: closed: " in human.err and "1 delivered, 1 failed" in human.out
+
+
+def test_broadcast_reads_its_text_from_stdin(tmux: Tmux, cli: Any) -> None:
+    pane = tmux.agent("piped")
+    res = cli("--actor", ACTOR, "broadcast", "--name", "piped", "-", stdin="from a pipe\nline two\n")
+    assert res.code == 0, res.err
+    wait_for(pane.messages)
+    assert pane.messages() == [envelope("from a pipe\nline two\n")]

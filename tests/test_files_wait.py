@@ -1,0 +1,223 @@
+"""drover wait-file: block on a host until a file exists or changes -- real inotify, real files, the real SSH fleet."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import drover
+from drover.remote import files as remote_files
+from drover.remote.protocol import HelperError
+from tests.sshfleet import SSHFleet
+
+
+def later(seconds: float, action: Callable[[], object]) -> threading.Thread:
+    """Do `action` in a while, from another thread, while the wait blocks."""
+
+    def run() -> None:
+        time.sleep(seconds)
+        action()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """How status files are usually written: a temporary file beside it, renamed into place."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.rename(tmp, path)
+
+
+def test_waits_for_a_file_renamed_into_place(tmp_path: Path) -> None:
+    status = tmp_path / "status.json"
+    later(0.5, lambda: atomic_write(status, '{"state": "done"}'))
+    doc = drover.run("files.wait", {"path": str(status), "timeout_s": 20})
+    assert doc.exit_code == 0, doc.errors
+    data = doc.data
+    assert (data["event"], data["how"], data["size"]) == ("created", "inotify", len('{"state": "done"}'))
+    assert data["inode"] == status.stat().st_ino and data["mtime_ns"] == status.stat().st_mtime_ns
+    again = drover.run("files.wait", {"path": str(status), "timeout_s": 20})
+    assert (again.exit_code, again.data["event"]) == (0, "exists")
+
+
+def test_a_file_written_in_pieces_is_reported_once_its_writer_closes_it(tmp_path: Path) -> None:
+    status = tmp_path / "report.txt"
+
+    def write_slowly() -> None:
+        with open(status, "w") as f:
+            for i in range(4):
+                f.write(f"part {i}\n")
+                f.flush()
+                time.sleep(0.05)
+
+    later(0.3, write_slowly)
+    doc = drover.run("files.wait", {"path": str(status), "timeout_s": 20})
+    assert doc.data["event"] == "created" and doc.data["size"] == len("part 0\n") * 4, doc.data
+
+
+def test_changed_sees_an_edit_an_atomic_replace_and_a_touch(tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    status.write_text("working")
+    later(0.4, lambda: status.write_text("finished"))
+    doc = drover.run("files.wait", {"path": str(status), "changed": True, "timeout_s": 20})
+    assert (doc.data["event"], doc.data["size"]) == ("changed", len("finished")), doc.data
+    # Same size, new inode: the rename into place is a change too.
+    later(0.4, lambda: atomic_write(status, "finishe!"))
+    doc = drover.run("files.wait", {"path": str(status), "changed": True, "timeout_s": 20})
+    assert doc.data["event"] == "changed" and doc.data["inode"] == status.stat().st_ino
+    # A touch changes only the mtime.
+    later(0.4, lambda: os.utime(status, (1_000_000, 1_000_000)))
+    doc = drover.run("files.wait", {"path": str(status), "changed": True, "timeout_s": 20})
+    assert doc.data["event"] == "changed" and doc.data["mtime"] == 1_000_000
+
+
+def test_a_change_between_the_request_and_the_watch_is_not_missed(tmp_path: Path, monkeypatch: Any) -> None:
+    """The file changes after the helper took its baseline and before the watch is set: the look that follows the
+    watch sees it, so the wait ends at once instead of sleeping until its timeout."""
+    status = tmp_path / "status"
+    status.write_text("old")
+    original = remote_files.Inotify.__init__
+
+    def change_first(self: Any, directory: str) -> None:
+        status.write_text("new!")  # lands in the gap: after the baseline, before the watch
+        original(self, directory)
+
+    monkeypatch.setattr(remote_files.Inotify, "__init__", change_first)
+    started = time.monotonic()
+    out = remote_files.wait_file({"path": str(status), "changed": True, "timeout_s": 30}, {})
+    assert (out["event"], out["size"], out["how"]) == ("changed", 4, "inotify")
+    assert out["waited_s"] < 30 and time.monotonic() - started < 30  # it did not sit out its timeout
+    # And a file that appears in that gap, for a wait until it exists.
+    fresh = tmp_path / "fresh"
+
+    def create_first(self: Any, directory: str) -> None:
+        fresh.write_text("here")
+        original(self, directory)
+
+    monkeypatch.setattr(remote_files.Inotify, "__init__", create_first)
+    out = remote_files.wait_file({"path": str(fresh), "timeout_s": 30}, {})
+    assert (out["event"], out["size"]) == ("created", 4)
+
+
+def test_a_baseline_from_an_earlier_answer_catches_a_change_between_two_waits(tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    status.write_text("v1")
+    first = drover.run("files.wait", {"path": str(status), "timeout_s": 5}).data
+    atomic_write(status, "v2")  # between the coordinator's two waits
+    baseline = {k: first[k] for k in ("device", "inode", "size", "mtime_ns")}
+    doc = drover.run("files.wait", {"path": str(status), "changed": True, "baseline": baseline, "timeout_s": 5})
+    assert (doc.exit_code, doc.data["event"], doc.data["how"]) == (0, "changed", "inotify"), doc.data
+    bad = drover.run("files.wait", {"path": str(status), "changed": True, "baseline": {"inode": "x"}, "timeout_s": 5})
+    assert bad.exit_code == 2 and "baseline must hold" in bad.errors[0]["message"]
+
+
+def test_timeout_is_exit_9_with_one_line(tmp_path: Path, cli: Any) -> None:
+    res = cli("wait-file", "local", str(tmp_path / "never"), "--timeout", "0.5")
+    assert res.code == 9
+    assert res.err.strip() == f"drover: local: {tmp_path / 'never'} did not appear within 0.5s"
+    status = tmp_path / "still"
+    status.write_text("same")
+    res = cli("wait-file", "local", str(status), "--changed", "--timeout", "0.5", "--json")
+    assert res.code == 9
+    doc = res.json()
+    assert doc["data"]["reached"] is False and doc["data"]["exists"] is True and doc["errors"][0]["code"] == "wait_timeout"
+
+
+def test_the_poll_fallback_sees_the_same_things(tmp_path: Path, cli: Any) -> None:
+    status = tmp_path / "polled"
+    later(0.4, lambda: atomic_write(status, "done"))
+    res = cli("wait-file", "local", str(status), "--poll", "--timeout", "20", "--json")
+    assert res.code == 0, res.err
+    data = res.json()["data"]
+    assert (data["event"], data["how"]) == ("created", "poll (asked for)")
+    later(0.4, lambda: status.write_text("done, really"))
+    res = cli("wait-file", "local", str(status), "--poll", "--changed", "--timeout", "20")
+    assert res.code == 0 and "polled changed (12 bytes" in res.out
+
+
+def test_home_relative_and_tilde_paths(tmp_path: Path, monkeypatch: Any, cli: Any) -> None:
+    home = tmp_path / "fakehome"
+    (home / "jobs").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    (home / "jobs" / "a.done").write_text("ok")
+    for path in ("jobs/a.done", "~/jobs/a.done"):
+        res = cli("wait-file", "local", path, "--timeout", "2", "--json")
+        assert res.code == 0, res.err
+        assert res.json()["data"]["path"] == str(home / "jobs" / "a.done")
+
+
+def test_bad_paths_are_one_clear_line_each(tmp_path: Path, cli: Any) -> None:
+    res = cli("wait-file", "local", str(tmp_path / "no-such-dir" / "status"), "--timeout", "5")
+    assert res.code == 6
+    assert f"the directory {tmp_path / 'no-such-dir'} does not exist on this host" in res.err
+    assert len(res.err.strip().splitlines()) == 1
+    (tmp_path / "plain").write_text("a file, not a directory")
+    res = cli("wait-file", "local", str(tmp_path / "plain" / "status"), "--timeout", "5")
+    assert res.code == 6 and "is not a directory" in res.err
+    assert cli("wait-file", "local", "", "--timeout", "5").code == 2
+    assert cli("wait-file", "local", "x", "--changed", "--exists").code == 2
+    res = cli("wait-file", "local", "~no-such-user-here/status", "--timeout", "5")
+    assert res.code == 6 and "no such user" in res.err
+    res = cli("wait-file", "nosuchhost", "status", "--timeout", "5")
+    assert res.code == 6 and "unknown host 'nosuchhost'" in res.err
+    res = cli("op", "files.wait", json.dumps({"path": "x", "timeout_s": -1}))
+    assert res.code == 2 and "timeout_s" in res.err
+
+
+def test_the_directory_removed_while_waiting_ends_the_wait(tmp_path: Path) -> None:
+    folder = tmp_path / "work"
+    folder.mkdir()
+    later(0.4, lambda: folder.rmdir())
+    with pytest.raises(HelperError) as caught:
+        remote_files.wait_file({"path": str(folder / "status"), "timeout_s": 20}, {})
+    assert caught.value.code == "no_such_directory" and "removed while waiting" in caught.value.message
+
+
+# -- over SSH --------------------------------------------------------------------------------------------------------
+def test_over_ssh_a_coordinator_waits_on_a_workers_status_file(sshfleet: SSHFleet, cli: Any) -> None:
+    """On h2, relative to h2's own home; the wait outlives the fleet's request timeout (1 s here), as it must."""
+    text = sshfleet.fleet_toml().replace("request_timeout = 20.0", "request_timeout = 1.0")
+    sshfleet.fleet_file.write_text(text, encoding="utf-8")  # type: ignore[attr-defined]
+    workdir = sshfleet.host_home("h2") / "jobs"
+    workdir.mkdir(exist_ok=True)
+    status = workdir / "worker-7.json"
+    later(2.5, lambda: atomic_write(status, '{"worker": 7, "state": "done"}'))
+    res = cli("wait-file", "h2", "jobs/worker-7.json", "--timeout", "30", "--json")
+    assert res.code == 0, res.err
+    data = res.json()["data"]
+    assert (data["host"], data["path"], data["event"], data["how"]) == ("h2", str(status), "created", "inotify")
+    assert data["waited_s"] > 1.0  # it blocked past the request timeout, on the host
+    # Changed, over SSH, with the file replaced atomically while the wait blocks.
+    later(1.0, lambda: atomic_write(status, '{"worker": 7, "state": "merged"}'))
+    res = cli("wait-file", "h2", "~/jobs/worker-7.json", "--changed", "--timeout", "30")
+    assert res.code == 0 and "changed" in res.out, res.err
+    # h3 has no jobs directory at all: said as such, at once.
+    res = cli("wait-file", "h3", "jobs/worker-7.json", "--timeout", "30", "--json")
+    assert res.code == 6 and res.json()["errors"][0]["code"] == "no_such_directory"
+
+
+def test_over_ssh_permission_denied_is_said_plainly(sshfleet: SSHFleet, tmp_path: Path, cli: Any) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("logging in as another user of the test fleet needs root (CI runs as root)")
+    user = sshfleet.shell_user("bash")
+    secret = Path("/root") / f"drover-private-{os.getpid()}"
+    secret.mkdir(mode=0o700, exist_ok=True)
+    try:
+        text = sshfleet.fleet_toml(f'[hosts.colleague]\nssh = "h1"\nuser = "{user}"\n')
+        sshfleet.fleet_file.write_text(text, encoding="utf-8")  # type: ignore[attr-defined]
+        res = cli("wait-file", "colleague", str(secret / "status"), "--timeout", "5", "--json")
+        assert res.code == 6, res.out
+        error = res.json()["errors"][0]
+        assert error["code"] == "permission_denied" and error["host"] == "colleague"
+        assert "permission denied" in error["message"]
+    finally:
+        secret.rmdir()
