@@ -116,18 +116,24 @@ class Bench:
         for host in f.names[1:]:
             f.tmux(host, "new-session", "-d", "-s", "shell", "-x", "120", "-y", "30")
         for name in ("agent", "peer"):
-            self.wait_idle(lambda n=name: self.tmux_local("capture-pane", "-p", "-t", self.local[n]))
-            self.wait_idle(lambda n=name: f.tmux("h1", "capture-pane", "-p", "-t", self.remote[n]).stdout)
+            self.wait_idle(None, self.local[name])
+            self.wait_idle("h1", self.remote[name])
 
     def tmux_local(self, *args: str) -> str:
         env = {**os.environ, "TMUX_TMPDIR": self.env["TMUX_TMPDIR"]}
         env.pop("TMUX", None)
         return subprocess.run(["tmux", *args], env=env, capture_output=True, text=True, timeout=10, cwd=ROOT).stdout.strip()
 
-    @staticmethod
-    def wait_idle(screen: Callable[[], str]) -> None:
+    def wait_idle(self, host: str | None, pane: str) -> None:
+        """Until the demo agent in pane (local when host is None) shows its idle input box."""
         deadline = time.monotonic() + 20
-        while "idle · paste" not in screen():
+        while True:
+            if host is None:
+                screen = self.tmux_local("capture-pane", "-p", "-t", pane)
+            else:
+                screen = self.fleet.tmux(host, "capture-pane", "-p", "-t", pane).stdout
+            if "idle · paste" in screen:
+                return
             if time.monotonic() > deadline:
                 raise SystemExit("bench: the demo agent did not start in its pane")
             time.sleep(0.1)

@@ -104,6 +104,7 @@ class Context:
     _fleet: Fleet | None = None
     _fleet_file: Path | None = None
     _transports: dict[str, Transport] = field(default_factory=dict)
+    _connected: dict[str, float | None] = field(default_factory=dict)  # connect_seconds of released transports
 
     @property
     def fleet(self) -> Fleet:
@@ -147,7 +148,19 @@ class Context:
 
     def connect_seconds(self, host: str) -> float | None:
         """How long this invocation's connection to host took to open (None: local, or never connected)."""
+        if host not in self._transports:
+            return self._connected.get(host)
         return getattr(self._transports.get(host), "connect_seconds", None)
+
+    async def release(self, host: str) -> None:
+        """Close host's connection now, before the op ends: a fan-out over more hosts than its concurrency bound
+        must not hold one socket per host until the last answers.  A later request to host connects again.
+        A transport that a pool owns (persistent mode: `pooled` is true) stays open: the pool bounds it."""
+        transport = self._transports.get(host)
+        if transport is not None and not getattr(transport, "pooled", False):
+            del self._transports[host]
+            self._connected[host] = getattr(transport, "connect_seconds", None)
+            await transport.close()
 
     def timeout(self, host: str) -> float:
         cfg = self.fleet.host(host)

@@ -47,8 +47,14 @@ class ReadRequest(Request):
 async def fan_out_each(
     ctx: Context, hosts: list[str], work: Callable[[str], Awaitable[Any]]
 ) -> list[tuple[str, Any, DroverError | None]]:
-    """Run `work(host)` for every host concurrently (bounded); a failing host is a row, never an exception."""
-    limit = asyncio.Semaphore(ctx.fleet.defaults.concurrency)
+    """Run `work(host)` for every host concurrently (bounded); a failing host is a row, never an exception.
+
+    At most `concurrency` hosts are at work at once, and so at most that many connections are open: when the hosts
+    outnumber the bound, each host's connection is closed as soon as its work is done (its slot is freed only
+    then); when they fit under it, the connections stay open for the op's next request to the same hosts."""
+    concurrency = ctx.fleet.defaults.concurrency
+    limit = asyncio.Semaphore(concurrency)
+    keep = len(set(hosts)) <= concurrency
     done = 0
 
     async def one(host: str) -> tuple[str, Any, DroverError | None]:
@@ -59,6 +65,9 @@ async def fan_out_each(
             except DroverError as exc:
                 exc.host = exc.host or host
                 result = (host, None, exc)
+            finally:
+                if not keep:
+                    await ctx.release(host)
         done += 1
         if ctx.progress:
             ctx.progress(host, done, len(hosts))

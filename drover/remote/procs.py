@@ -8,12 +8,40 @@ from .profiles import engine_order
 
 INTERPRETERS = re.compile(r"^(node|nodejs|bun|deno|npx|python[0-9.]*|pypy[0-9.]*)$")
 
-ProcTable = Dict[int, Tuple[int, List[str]]]
+
+class ProcTable(Dict[int, Tuple[int, str]]):
+    """pid -> (ppid, command name) for every process we can see, read once per discovery.
+
+    One file per process (its stat); a process's argv is read only when engine detection asks for it (the
+    processes under a pane, not the whole machine), and the parent -> children map is built once per table,
+    not once per pane."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._argv = {}  # type: Dict[int, List[str]]
+        self._children = None  # type: Optional[Dict[int, List[int]]]
+
+    def argv(self, pid: int) -> List[str]:
+        if pid not in self._argv:
+            argv = [a for a in (argv_of(pid) or []) if a]
+            if not argv and pid in self:
+                argv = [self[pid][1]]  # a kernel thread, or a process gone since the table was read: its name
+            self._argv[pid] = argv
+        return self._argv[pid]
+
+    def children(self, pid: int) -> List[int]:
+        if self._children is None:
+            self._children = {}
+            for child, (ppid, _comm) in self.items():
+                self._children.setdefault(ppid, []).append(child)
+            for kids in self._children.values():
+                kids.sort()
+        return self._children.get(pid, [])
 
 
 def proc_table() -> ProcTable:
-    """pid -> (ppid, argv) for every process we can see, read once per request."""
-    table: ProcTable = {}
+    """Every process we can see: one pass over /proc, one read of each process's stat."""
+    table = ProcTable()
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -24,13 +52,13 @@ def proc_table() -> ProcTable:
         try:
             with open("/proc/%s/stat" % name, "rb") as f:
                 stat = f.read().decode("utf-8", "replace")
-            with open("/proc/%s/cmdline" % name, "rb") as f:
-                argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
         except OSError:
             continue
-        rest = stat.rsplit(")", 1)[-1].split()
-        comm = stat[stat.find("(") + 1 : stat.rfind(")")]
-        table[int(name)] = (int(rest[1]), argv or [comm])
+        close = stat.rfind(")")
+        rest = stat[close + 1 :].split()
+        if len(rest) < 2:
+            continue
+        table[int(name)] = (int(rest[1]), stat[stat.find("(") + 1 : close])
     return table
 
 
@@ -60,9 +88,6 @@ def _engine_of(argv: List[str], profiles: Dict[str, Dict[str, Any]], order: List
 
 def detect_engine(pid: int, table: ProcTable, profiles: Dict[str, Dict[str, Any]]) -> Tuple[str, int]:
     """The engine nearest the pane's root process, walking its process tree breadth-first; and that pid."""
-    children: Dict[int, List[int]] = {}
-    for child, (ppid, _argv) in table.items():
-        children.setdefault(ppid, []).append(child)
     order = engine_order(profiles)
     queue = [pid]
     seen: Set[int] = set()
@@ -71,10 +96,10 @@ def detect_engine(pid: int, table: ProcTable, profiles: Dict[str, Dict[str, Any]
         if current in seen or current not in table:
             continue
         seen.add(current)
-        engine = _engine_of(table[current][1], profiles, order)
+        engine = _engine_of(table.argv(current), profiles, order)
         if engine:
             return engine, current
-        queue.extend(sorted(children.get(current, [])))
+        queue.extend(table.children(current))
     return "shell", pid
 
 
@@ -89,14 +114,20 @@ def proc_start(pid: int) -> Optional[str]:
     return fields[19] if len(fields) > 19 else None
 
 
+_DOMAIN = []  # type: List[Optional[str]]
+
+
 def pid_domain() -> Optional[str]:
-    """Where pids mean something: this machine and this pid namespace (Claude Code records the same)."""
-    try:
-        with open("/etc/machine-id") as f:
-            machine = f.read().strip()
-        return "linux:%s:%s" % (machine, os.readlink("/proc/self/ns/pid"))
-    except OSError:
-        return None
+    """Where pids mean something: this machine and this pid namespace (Claude Code records the same).  Read once
+    per process: neither changes under a running helper, and discovery asks once per Claude record."""
+    if not _DOMAIN:
+        try:
+            with open("/etc/machine-id") as f:
+                machine = f.read().strip()
+            _DOMAIN.append("linux:%s:%s" % (machine, os.readlink("/proc/self/ns/pid")))
+        except OSError:
+            return None
+    return _DOMAIN[0]
 
 
 def argv_of(pid: int) -> Optional[List[str]]:

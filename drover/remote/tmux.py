@@ -37,12 +37,15 @@ def servers() -> List[str]:
     current = os.environ.get("TMUX", "").split(",")[0]
     if current:
         paths.append(current)
+    seen = {os.path.realpath(p) for p in paths}  # each path resolved once: a full directory is not n^2 realpaths
     base = os.path.join(os.environ.get("TMUX_TMPDIR") or "/tmp", "tmux-%d" % os.getuid())
     try:
         for name in sorted(os.listdir(base)):
             path = os.path.join(base, name)
             # One server however its path is spelt ($TMUX through a symlinked directory): listed once.
-            if os.path.realpath(path) not in [os.path.realpath(p) for p in paths]:
+            real = os.path.realpath(path)
+            if real not in seen:
+                seen.add(real)
                 paths.append(path)
     except OSError:
         pass

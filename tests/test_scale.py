@@ -1,0 +1,165 @@
+"""Scale: `drover ls` over 500 hosts (simulated on loopback) with bounded file descriptors, memory and concurrency,
+and a host that never answers costing the fan-out its timeout once.
+
+500 host entries of one fleet file map onto the 16 addresses (two sshd processes) of a fleet of our own. drover runs
+as a real process; the test samples its /proc/PID/fd and VmHWM while it works. No assertion on wall time: the
+bounds are counted (descriptors, megabytes, connections, answers), and a hang fails the subprocess's timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drover.errors import ExitCode
+from tests.conftest import ROOT
+from tests.sshfleet import SSHD, SSHFleet
+
+HOSTS = 500
+CONCURRENCY = 24
+# Descriptors drover holds whatever the fleet's size: stdio, the event loop's selector and self-pipe, the truth
+# file, the fleet file, /dev/urandom... Measured at about 10; the bound leaves room without admitting one per host.
+BASELINE_FDS = 30
+MAX_RSS_MB = 250
+HARD_BOUND_S = 240  # a hang fails here; the run itself takes a few tens of seconds on 2 loaded cores
+
+
+class Blackhole:
+    """A TCP listener that accepts and never says a word, counting the connections it was offered."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.close()
+        self.sock.close()
+
+
+class Sampler:
+    """Samples a process's open descriptors and memory high-water mark until it exits."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.max_fds = 0
+        self.hwm_kib = 0
+        self.samples = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                fds = len(os.listdir(f"/proc/{self.pid}/fd"))
+                status = Path(f"/proc/{self.pid}/status").read_text()
+            except OSError:
+                return
+            if "\nState:\tZ" in status:
+                return
+            for line in status.splitlines():
+                if line.startswith("VmHWM:"):
+                    self.hwm_kib = max(self.hwm_kib, int(line.split()[1]))
+            self.max_fds = max(self.max_fds, fds)
+            self.samples += 1
+            time.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def big_fleet() -> Iterator[SSHFleet]:
+    if not Path(SSHD).exists():
+        pytest.fail("openssh-server is not installed: the README's test command installs it")
+    fleet = SSHFleet(16).start()
+    yield fleet
+    fleet.stop()
+
+
+def fleet_file(fleet: SSHFleet, path: Path, hole: Blackhole) -> list[str]:
+    """500 entries n001..n500, round-robin over the fleet's 16 addresses, and `slow`, a host that never answers."""
+    names = [f"n{i:03d}" for i in range(1, HOSTS + 1)]
+    lines = [
+        "[defaults]",
+        "connect_timeout = 4.0",
+        "request_timeout = 60.0",
+        f"concurrency = {CONCURRENCY}",
+        "",
+    ]
+    for i, name in enumerate(names):
+        addr = fleet.addr(fleet.names[i % len(fleet.names)])
+        lines += [
+            f"[hosts.{name}]",
+            f'ssh = "{addr}"',
+            f"port = {fleet.port}",
+            f'user = "{fleet.user}"',
+            f'identity = "{fleet.client_key}"',
+            'tags = ["scale"]',
+        ]
+    lines += ["[hosts.slow]", 'ssh = "127.0.0.1"', f"port = {hole.port}", 'tags = ["scale"]']
+    path.write_text("\n".join(lines) + "\n")
+    return names
+
+
+def test_ls_over_500_hosts_holds_at_most_concurrency_connections_and_a_dead_host_once(
+    big_fleet: SSHFleet, isolated: Path
+) -> None:
+    hole = Blackhole()
+    try:
+        names = fleet_file(big_fleet, isolated / "fleet.toml", hole)
+        env = {
+            **os.environ,
+            "HOME": str(big_fleet.client_home),
+            "DROVER_FLEET": str(isolated / "fleet.toml"),
+            "DROVER_HOME": str(isolated / "dh"),
+        }
+        env.pop("SSH_AUTH_SOCK", None)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "drover", "ls", "--tag", "scale", "--json"],
+            env=env,
+            cwd=str(ROOT),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        sampler = Sampler(proc.pid)
+        try:
+            out, err = proc.communicate(timeout=HARD_BOUND_S)
+        finally:
+            proc.kill()
+        sampler.thread.join(5)
+    finally:
+        hole.close()
+
+    print(f"{HOSTS} hosts: at most {sampler.max_fds} descriptors, peak RSS {sampler.hwm_kib / 1024:.0f} MB")
+    assert proc.returncode == ExitCode.PARTIAL, err.decode()[-2000:]
+    doc: dict[str, Any] = json.loads(out)
+    rows = {row["host"]: row["ok"] for row in doc["data"]["hosts"]}
+    # Every host answered, but the one that cannot.
+    assert sorted(h for h, ok in rows.items() if ok) == names
+    assert [(e["host"], e["code"]) for e in doc["errors"]] == [("slow", "connect_timeout")]
+    # The dead host cost one connection attempt: it timed out once, not once per host or per retry.
+    assert len(hole.conns) == 1
+    # Bounded while it ran: one socket per host at work, never one per host of the fleet.
+    assert sampler.samples > 10, "the sampler saw too little of the run to say anything"
+    assert sampler.max_fds <= BASELINE_FDS + CONCURRENCY, f"{sampler.max_fds} descriptors open at once"
+    assert sampler.hwm_kib / 1024 <= MAX_RSS_MB, f"peak RSS {sampler.hwm_kib / 1024:.0f} MB"
