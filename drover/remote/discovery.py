@@ -44,7 +44,7 @@ def _session_from_pane(pane: Dict[str, str], table: procs.ProcTable, profiles: P
 def discover(profiles: Profiles, warnings: List[str]) -> List[Session]:
     """Every session on this host: live Claude Code sessions (with their pane, if any), then the other panes."""
     panes = tmux.list_panes(warnings)
-    table = procs.proc_table() if panes else {}
+    table = procs.proc_table() if panes else procs.ProcTable()
     pane_sessions = [_session_from_pane(p, table, profiles) for p in panes]
     records, _stale = claude.records(warnings)
     by_pid = {s["engine_pid"]: s for s in pane_sessions if s["engine"] == "claude"}
