@@ -1,1 +1,104 @@
-"""(being built: see issue 10)"""
+"""board: who is waiting on a human across the fleet, oldest first.
+
+Two lists.  `waiting`: sessions in a dialog (a trust or permission menu, a held message, a password prompt -- read
+from the screen's live region) or in Claude's own `waiting` (its registry's `waitingFor`), each with what for and
+since when, asked of every selected host at once (drover/remote/attention.py, the look `drover broadcast` skips
+on).  `held`: messages drover sent that a receiver holds for its human -- outcome `held` in the truth file and not
+since delivered (no host is asked for those).
+
+"Since when" is when the state began where the host knows it: Claude's `statusUpdatedAt`, else the pane's last
+activity (when the dialog was drawn); when neither is known, when drover first saw it (this look: `first_seen`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import Field
+
+from drover.errors import DroverError
+from drover.ops.core import Context, Request, Result, op
+from drover.ops.sessions import fan_exit, fan_out
+from drover.remote import protocol as P
+
+ON_BOARD = ("waiting", "dialog")  # a draft is a person at work, not a person awaited
+HELD_SCAN = 100_000  # held messages read from the truth file, newest first (far more than anyone leaves held)
+
+
+class BoardRequest(Request):
+    hosts: list[str] | None = Field(None, description="hosts to ask (default: every host of the fleet)")
+    tags: list[str] | None = Field(None, description="only hosts with one of these tags")
+    held_since: str | None = Field(None, description="only held messages sent since: a duration (2h, 7d) or an ISO time")
+
+
+def _waiting(host: str, s: dict[str, Any], now: float) -> dict[str, Any]:
+    human = s["human"]
+    since, source = human.get("since"), human.get("since_source")
+    if not isinstance(since, (int, float)):
+        since, source = now, "first_seen"
+    return {
+        "host": host,
+        "id": s.get("id"),
+        "name": s.get("name"),
+        "engine": s.get("engine"),
+        "state": human["kind"],
+        "reason": human["reason"],
+        "since": since,
+        "since_source": source,
+        "cwd": s.get("cwd"),
+        "pane": s.get("pane") if s.get("pane") is not None else (s.get("id") if s.get("server") else None),
+        "server": s.get("server"),
+    }
+
+
+def held_messages(ctx: Context, hosts: list[str], since: float | None) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Messages whose latest outcome is `held` (a later delivered, refused or expired outcome takes them off)."""
+    found = ctx.truth.query(HELD_SCAN, since, outcome=P.HELD)
+    wanted = set(hosts)
+    rows = [
+        {
+            "id": m.id,
+            "host": m.host,
+            "target": m.target,
+            "actor": m.actor,
+            "time": m.time,
+            "ts": m.ts,
+            "held_at": m.outcome_time,
+            "detail": m.detail,
+            "text": m.text[:120],
+        }
+        for m in found.messages
+        if m.host in wanted
+    ]
+    return rows, found.stats.warnings()
+
+
+@op("board", BoardRequest, "who is waiting on a human across the fleet: dialogs, Claude's waiting, held messages", "drover board")
+async def board(ctx: Context, req: BoardRequest) -> Result:
+    from drover.ops.messages import since_ts
+
+    hosts = ctx.fleet.select(req.hosts, req.tags)
+    cutoff = since_ts(req.held_since) if req.held_since else None
+    answers = await fan_out(ctx, hosts, "attention", {})
+    now = time.time()
+    waiting: list[dict[str, Any]] = []
+    warnings: list[dict[str, Any]] = []
+    hosts_out: list[dict[str, Any]] = []
+    for host, data, err in answers:
+        row: dict[str, Any] = {"host": host, "ok": err is None}
+        if err is not None:
+            row["error"] = err.to_dict()
+        else:
+            sessions = data.get("sessions", [])
+            on = [_waiting(host, s, now) for s in sessions if (s.get("human") or {}).get("kind") in ON_BOARD]
+            waiting += on
+            row.update(sessions=len(sessions), waiting=len(on))
+            warnings += [{"host": host, "message": w} for w in data.get("warnings", [])]
+        hosts_out.append(row)
+    waiting.sort(key=lambda w: (w["since"], w["host"], str(w["id"])))
+    held, truth_warnings = held_messages(ctx, hosts, cutoff)
+    held.sort(key=lambda h: h["ts"])
+    errors = [err.to_dict() for _h, _d, err in answers if isinstance(err, DroverError)]
+    data = {"waiting": waiting, "held": held, "hosts": hosts_out, "warnings": warnings + truth_warnings}
+    return Result(data, errors, fan_exit(answers))

@@ -1,0 +1,145 @@
+"""drover board: who is waiting on a human across the fleet -- dialogs on real screens, Claude's own `waiting`,
+messages held for approval -- oldest first."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import drover
+from drover.truth import TruthFile
+from tests.conftest import Tmux, remote_agent, wait_for
+from tests.sshfleet import SSHFleet, free_port
+
+
+def claude_record(isolated: Path, tmux: Tmux, monkeypatch: Any, name: str, **fields: Any) -> dict[str, Any]:
+    """A Claude registry record naming a live process (a `sleep` in a pane), as Claude Code writes one."""
+    sessions = isolated / "claude" / "sessions"
+    sessions.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(sessions.parent))
+    holder = tmux.start(f"holder-{name}", "sleep 600")
+    pid = int(holder.tmux("display-message", "-p", "-t", holder.id, "#{pane_pid}").strip())
+    start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    record = {"pid": pid, "sessionId": f"{name}-0000-1111-2222-333344445555", "procStart": start, "name": name, **fields}
+    (sessions / f"{pid}.json").write_text(json.dumps(record))
+    return record
+
+
+def held(truth: TruthFile, host: str, target: str, text: str, then: str | None = None) -> str:
+    msg_id, _ = truth.accept(actor="alice@ws", host=host, target=target, text=text, options={})
+    truth.outcome(msg_id, {"outcome": "held", "lane": "inbox", "detail": "held for the receiver's human (mode-mismatch)"})
+    if then:
+        truth.outcome(msg_id, {"outcome": then, "lane": "inbox", "detail": "released by its human"})
+    return msg_id
+
+
+def test_board_lists_dialogs_and_claudes_waiting_oldest_first_not_drafts(
+    tmux: Tmux, isolated: Path, monkeypatch: Any, cli: Any
+) -> None:
+    idle = tmux.agent("idle-one")
+    asking = tmux.agent("asking")
+    drafting = tmux.agent("drafting")
+    os.kill(asking.pid, signal.SIGUSR1)
+    wait_for(lambda: "Do you want to proceed?" in asking.screen(), what="the dialog")
+    drafting.tmux("send-keys", "-t", drafting.id, "-l", "my own words")
+    wait_for(lambda: "my own words" in drafting.screen(), what="the draft")
+    claude_record(
+        isolated,
+        tmux,
+        monkeypatch,
+        "reviewer",
+        status="waiting",
+        waitingFor="permission prompt",
+        statusUpdatedAt=1_700_000_000_000,
+    )
+    claude_record(isolated, tmux, monkeypatch, "worker", status="busy", statusUpdatedAt=1_700_000_000_000)
+    res = cli("board", "--json")
+    assert res.code == 0, res.err
+    data = res.json()["data"]
+    waiting = data["waiting"]
+    assert [(w["name"], w["state"], w["reason"]) for w in waiting] == [
+        ("reviewer", "waiting", "Claude is waiting: permission prompt"),
+        ("asking", "dialog", "dialog on screen: 'Do you want to proceed?'"),
+    ]
+    assert waiting[0]["since"] == 1_700_000_000 and waiting[0]["since_source"] == "claude"
+    assert waiting[1]["since_source"] == "pane_activity" and abs(waiting[1]["since"] - time.time()) < 120
+    assert waiting[1]["id"] == asking.id and waiting[1]["engine"] == "demo" and waiting[1]["host"] == "local"
+    assert idle.id not in json.dumps(waiting) and drafting.id not in json.dumps(waiting)
+    assert data["held"] == [] and data["hosts"] == [{"host": "local", "ok": True, "sessions": 7, "waiting": 2}]
+    human = cli("board")
+    assert human.code == 0
+    lines = human.out.splitlines()
+    assert lines[0].strip() == "waiting on a human"
+    assert "reviewer" in lines[2] and "permission prompt" in lines[2] and "asking" in lines[3] and "proceed" in lines[3]
+
+
+def test_a_claude_record_with_no_times_is_on_the_board_since_first_seen(tmux: Tmux, isolated: Path, monkeypatch: Any) -> None:
+    claude_record(isolated, tmux, monkeypatch, "timeless", status="waiting")
+    before = time.time()
+    doc = drover.run("board", {})
+    assert doc.exit_code == 0, doc.errors
+    (row,) = doc.data["waiting"]
+    assert (row["name"], row["reason"], row["since_source"]) == ("timeless", "Claude is waiting: for its human", "first_seen")
+    assert before <= row["since"] <= time.time()
+
+
+def test_held_messages_oldest_first_and_only_while_still_held(isolated: Path, cli: Any) -> None:
+    truth = TruthFile()
+    first = held(truth, "local", "webapp-f8", "please review the migration")
+    held(truth, "local", "api", "released later", then="delivered")
+    held(truth, "local", "api", "denied later", then="refused")
+    second = held(truth, "local", "docs", "and the docs")
+    elsewhere = held(truth, "far-away", "x", "on a host the fleet no longer knows")
+    doc = drover.run("board", {})
+    assert [h["id"] for h in doc.data["held"]] == [first, second]
+    assert doc.data["held"][0] == {**doc.data["held"][0], "host": "local", "target": "webapp-f8", "actor": "alice@ws"}
+    assert "mode-mismatch" in doc.data["held"][0]["detail"]
+    assert elsewhere not in json.dumps(doc.data)
+    human = cli("board")
+    assert "held for approval" in human.out and first in human.out and "local:webapp-f8" in human.out
+    assert cli("board", "--held-since", "soon").code == 2
+    res = cli("board", "--held-since", "1h", "--json")
+    assert [h["id"] for h in res.json()["data"]["held"]] == [first, second]
+
+
+def test_an_empty_board_says_nobody_is_waiting(tmux: Tmux, cli: Any) -> None:
+    tmux.agent("calm")
+    res = cli("board")
+    assert res.code == 0 and "nobody is waiting on a human (1 host(s) asked)" in res.out
+
+
+def test_board_across_the_ssh_fleet_with_a_host_down(sshfleet: SSHFleet, isolated: Path, cli: Any) -> None:
+    extra = f'[hosts.closed]\nssh = "127.0.0.1"\nport = {free_port()}\nconnect_timeout = 2.0\n'
+    sshfleet.fleet_file.write_text(sshfleet.fleet_toml(extra), encoding="utf-8")  # type: ignore[attr-defined]
+    for host in sshfleet.names:
+        remote_agent(sshfleet, host, f"agent-{host}", isolated)
+    stuck = remote_agent(sshfleet, "h2", "stuck", isolated)
+    os.kill(stuck.pid, signal.SIGUSR1)
+    wait_for(lambda: "proceed" in sshfleet.tmux("h2", "capture-pane", "-p", "-t", stuck.id).stdout, what="the dialog on h2")
+    res = cli("board", "--json")
+    assert res.code == 8, res.out  # some hosts answered, one did not
+    doc = res.json()
+    assert [(w["host"], w["name"], w["state"]) for w in doc["data"]["waiting"]] == [("h2", "stuck", "dialog")]
+    hosts = {h["host"]: h for h in doc["data"]["hosts"]}
+    assert hosts["closed"]["ok"] is False and hosts["closed"]["error"]["code"] == "connection_refused"
+    assert hosts["h2"] == {"host": "h2", "ok": True, "sessions": 2, "waiting": 1}
+    assert [e["host"] for e in doc["errors"]] == ["closed"]
+    human = cli("board", "--host", "h1", "--host", "h2")
+    assert human.code == 0 and "stuck" in human.out and "agent-h1" not in human.out
+
+
+def test_a_real_claude_at_its_trust_dialog_is_on_the_board(claude_lab: Any) -> None:
+    """The real Claude Code, started in a folder it has never trusted: it has no registry record yet, only its
+    screen -- which is what the board reads."""
+    session = claude_lab.start("untrusting", trust=False, wait=False)
+    wait_for(lambda: "trust" in session.screen(), timeout=60, what="the trust dialog")
+    doc = drover.run("board", {})
+    assert doc.exit_code == 0, doc.errors
+    rows = [w for w in doc.data["waiting"] if w["id"] == session.pane]
+    assert len(rows) == 1, doc.data
+    assert rows[0]["engine"] == "claude" and rows[0]["state"] == "dialog" and rows[0]["since_source"] == "pane_activity"
+    assert rows[0]["reason"].startswith("dialog on screen: ")
