@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from drover.errors import ConfigError, FleetInvalid, UnknownHost, UsageError
 
@@ -145,6 +145,85 @@ class Defaults(_Strict):
     concurrency: int = Field(64, ge=1)
     settle_s: float = Field(3.0, ge=0)
     receipt_wait_s: float = Field(1.5, ge=0)
+    # Persistent mode (drover/daemon/): read by the stdlib front with tomllib before it starts a daemon.
+    daemon: bool = Field(True, description="start a per-user daemon on first use, keeping SSH connections warm")
+    daemon_idle_s: float = Field(600.0, gt=0, description="seconds a daemon with nothing to do waits before exiting")
+
+
+DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])")
+DURATION_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+QUIET_HOURS = re.compile(r"^\s*([01]?\d|2[0-3]):([0-5]\d)\s*-\s*([01]?\d|2[0-3]):([0-5]\d)\s*$")
+
+
+def duration_s(value: str) -> float:
+    """Seconds in a duration such as "90s", "15m", "1h", "1d" or "1h30m" (ValueError otherwise)."""
+    text = value.strip().lower()
+    parts = DURATION_PART.findall(text)
+    if not parts or DURATION_PART.sub("", text).strip():
+        raise ValueError(f"{value!r} is not a duration: write it like 30s, 15m, 1h, 1d or 1h30m")
+    seconds = sum(float(n) * DURATION_UNITS[unit] for n, unit in parts)
+    if seconds <= 0:
+        raise ValueError(f"{value!r} is no time at all: give a duration above zero")
+    return seconds
+
+
+def quiet_minutes(value: str) -> tuple[int, int]:
+    """"22:00-07:00" as minutes after midnight (start, end); the span may cross midnight."""
+    m = QUIET_HOURS.match(value)
+    if not m:
+        raise ValueError(f"{value!r} is not a span of hours: write it like 22:00-07:00 (24-hour clock, local time)")
+    start, end = int(m[1]) * 60 + int(m[2]), int(m[3]) * 60 + int(m[4])
+    if start == end:
+        raise ValueError(f"{value!r} starts where it ends: is that never, or all day? Leave quiet_hours out for never")
+    return start, end
+
+
+class NudgeEntry(_Strict):
+    """One scheduled nudge: `drover nudge run` sends it when it is due, through the nudge's refusals."""
+
+    name: str | None = Field(None, description="what identifies the entry's last send (default: its target as written)")
+    target: str = Field(..., description="HOST:ID, as for drover nudge")
+    text: str
+    every: str = Field(..., description="how often: 30s, 15m, 1h, 1d, 1h30m")
+    retry: str = Field("1m", description="after an attempt that did not deliver (refused, failed), try again this much later")
+    actor: str | None = None
+    quiet_hours: str | None = Field(None, description="HH:MM-HH:MM, local time here: nothing is sent then")
+    via: Literal["auto", "inbox", "tmux"] = "auto"
+    create_if_missing: bool = False
+    engine: str | None = Field(None, description="with create_if_missing: the engine a new session runs")
+    cwd: str | None = Field(None, description="with create_if_missing: the directory a new session starts in")
+
+    @field_validator("name", "target", "text")
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("is empty")
+        return value
+
+    @field_validator("every", "retry")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        duration_s(value)
+        return value
+
+    @field_validator("quiet_hours")
+    @classmethod
+    def _quiet(cls, value: str | None) -> str | None:
+        if value is not None:
+            quiet_minutes(value)
+        return value
+
+    @model_validator(mode="after")
+    def _spawnable(self) -> NudgeEntry:
+        if self.create_if_missing and not (self.engine and self.cwd):
+            raise ValueError("create_if_missing needs engine and cwd: what to start, and where, when the session is not live")
+        return self
+
+    @property
+    def key(self) -> str:
+        """What the entry's last send is remembered by: its name, else its target as written (so editing the text
+        keeps its schedule, and pointing it at another session starts a new one)."""
+        return (self.name or self.target).strip()
 
 
 class Fleet(_Strict):
@@ -153,6 +232,20 @@ class Fleet(_Strict):
     hosts: dict[str, HostConfig] = Field(default_factory=dict)
     engines: dict[str, EngineProfile] = Field(default_factory=dict)
     spawn: dict[str, SpawnEngine] = Field(default_factory=dict)
+    nudge: list[NudgeEntry] = Field(default_factory=list)
+
+    @field_validator("nudge")
+    @classmethod
+    def _nudge_keys(cls, entries: list[NudgeEntry]) -> list[NudgeEntry]:
+        seen: dict[str, int] = {}
+        for number, entry in enumerate(entries, 1):
+            if entry.key in seen:
+                raise ValueError(
+                    f"[[nudge]] entries {seen[entry.key]} and {number} are both {entry.key!r}: their last sends would be "
+                    "one; give each a distinct name = \"...\""
+                )
+            seen[entry.key] = number
+        return entries
 
     @field_validator("hosts")
     @classmethod
@@ -217,7 +310,18 @@ def locate(text: str, loc: tuple[Any, ...]) -> int | None:
     keys = [str(k) for k in loc]
     table: list[str] = []
     best: int | None = None
+    arrays: dict[tuple[str, ...], int] = {}  # [[name]] tables seen so far: the next one's index in the list
     for number, line in enumerate(text.splitlines(), 1):
+        array = re.match(r"^\s*\[\[\s*([^\[\]]+?)\s*\]\]\s*(#.*)?$", line)
+        if array:
+            name = tuple(_table_path(array.group(1)))
+            table = [*name, str(arrays.get(name, 0))]  # pydantic's location of the list's item: name, index
+            arrays[name] = arrays.get(name, 0) + 1
+            if table == keys:
+                return number
+            if keys[: len(table)] == table or (best is None and table[: len(keys)] == keys):
+                best = number  # the entry a missing key belongs in, or the first entry for the list itself
+            continue
         header = re.match(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$", line)
         if header:
             table = _table_path(header.group(1))

@@ -13,6 +13,8 @@ from tests.conftest import ROOT, Tmux, drover_process
 DOCUMENT_KEYS = ["drover", "op", "ok", "data", "errors"]
 
 OPS = {
+    "board": ["hosts", "tags", "held_since"],
+    "files.wait": ["host", "path", "changed", "timeout_s", "baseline", "poll"],
     "fleet.add": [
         "name",
         "ssh",
@@ -37,6 +39,7 @@ OPS = {
     "messages.retry": ["id"],
     "messages.verify": ["ids", "limit"],
     "messages.list": ["target", "host", "actor", "outcome", "since", "pending", "limit", "text"],
+    "sessions.broadcast": ["text", "hosts", "tags", "engine", "name", "cwd", "all", "actor", "via"],
     "sessions.chain": ["host", "id"],
     "sessions.handoff": ["host", "id", "to", "to_host", "note", "actor"],
     "sessions.list": ["hosts", "tags", "engine", "state"],

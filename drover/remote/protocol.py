@@ -97,6 +97,11 @@ TOO_LARGE = "too_large"
 DUPLICATE = "duplicate"
 RATE_LIMITED = "rate_limited"
 OWNER_RELAY_OFF = "owner_relay_off"
+# Refusals of a nudge (drover nudge): it delivers only to a live, idle session that is alone in its directory
+NOT_LIVE = "not_live"  # no live agent session by that name: a nudge never creates one (--create-if-missing does)
+GENERATING = "generating"  # the session is live but busy with a turn: a nudge waits for it to be idle
+SHARED_CWD = "shared_cwd"  # another live session works in the same directory: the nudge could land in the wrong one
+NUDGE_RUN_LOCKED = "nudge_run_locked"  # another `drover nudge run` still holds the schedule's lock
 REFUSED_BY_DROVER = "refused"
 # Receipts from Claude Code's inbox (claude-code-inbox.md): refused, expired, and its drop reasons
 RECEIVER_REFUSED = "refused"
@@ -206,6 +211,10 @@ CODES = {
     DUPLICATE: REFUSAL,
     RATE_LIMITED: REFUSAL,
     OWNER_RELAY_OFF: REFUSAL,
+    NOT_LIVE: REFUSAL,
+    GENERATING: REFUSAL,
+    SHARED_CWD: REFUSAL,
+    NUDGE_RUN_LOCKED: REFUSAL,
     REFUSED_BY_DROVER: REFUSAL,
     EXPIRED: REFUSAL,
     DENIED: REFUSAL,
