@@ -4,7 +4,8 @@ import os
 import shutil
 import socket as socketlib
 import subprocess
-from typing import Dict, List, Optional
+import time
+from typing import Dict, List, Optional, Tuple
 
 from .protocol import NO_TMUX, PANE_GONE, TMUX_ERROR, TMUX_TIMEOUT, HelperError
 
@@ -97,8 +98,18 @@ def alive(socket_path: str) -> bool:
     return True
 
 
+# What the last listing saw, so that a listing's screens cost one tmux process per server, not one per pane.
+_LISTED = {}  # type: Dict[str, List[str]]
+_SCREENS = {}  # type: Dict[Tuple[str, str], str]
+_LISTED_AT = [0.0]
+FRESH_S = 2.0  # a long-lived helper never hands out a screen captured for a listing older than this
+
+
 def list_panes(warnings: List[str]) -> List[Pane]:
     panes: List[Pane] = []
+    _LISTED.clear()
+    _SCREENS.clear()
+    _LISTED_AT[0] = time.monotonic()
     if shutil.which("tmux") is None:
         warnings.append(NO_TMUX_WARNING)
         return panes
@@ -124,7 +135,47 @@ def list_panes(warnings: List[str]) -> List[Pane]:
             pane = dict(zip(FIELDS, parts))
             pane["socket"] = socket
             panes.append(pane)
+            _LISTED.setdefault(socket, []).append(pane["pane_id"])
     return panes
+
+
+def screen(socket: str, pane_id: str) -> str:
+    """A pane's screen for a listing or a status: the first one asked for on a server captures every pane the
+    listing saw there, in one tmux process; each screen is handed out once, and the next listing forgets them.
+    Never for the lanes' checks: those capture right before they act (`capture`)."""
+    key = (socket, pane_id)
+    if time.monotonic() - _LISTED_AT[0] > FRESH_S:
+        _LISTED.clear()
+        _SCREENS.clear()
+    if key not in _SCREENS and pane_id in _LISTED.get(socket, ()):
+        _SCREENS.update(_capture_all(socket, _LISTED.pop(socket)))
+    if key in _SCREENS:
+        return _SCREENS.pop(key)
+    return capture(socket, pane_id)
+
+
+def _capture_all(socket: str, pane_ids: List[str]) -> Dict[Tuple[str, str], str]:
+    """Every pane's screen from one tmux command sequence, each after a marker no screen can forge (a random
+    nonce).  A pane gone since the listing fails the sequence: then each is captured on its own."""
+    nonce = os.urandom(8).hex()
+    args: List[str] = []
+    for i, pane_id in enumerate(pane_ids):
+        say = ["display-message", "-p", "%s %d" % (nonce, i)]
+        args += ([";"] if args else []) + say + [";", "capture-pane", "-p", "-t", pane_id]
+    try:
+        out = tmux(socket, args)
+    except HelperError:
+        return {}
+    screens = {}
+    for i, pane_id in enumerate(pane_ids):
+        mark = "%s %d\n" % (nonce, i)
+        at = out.find(mark)
+        if at < 0:
+            break
+        out = out[at + len(mark) :]
+        end = out.find("%s %d\n" % (nonce, i + 1))
+        screens[(socket, pane_id)] = out if end < 0 else out[:end]
+    return screens
 
 
 def capture(socket: str, pane_id: str) -> str:
