@@ -68,7 +68,7 @@ def with_state(session: Session, profiles: Profiles) -> Session:
     if session["engine"] == "claude" and "_record" in session:
         if pane is not None and not pane["dead"]:
             try:
-                screen = tmux.capture(pane["socket"], pane["id"])
+                screen = tmux.screen(pane["socket"], pane["id"])
             except HelperError:
                 screen = ""
             session["_screen"] = screen
@@ -79,7 +79,7 @@ def with_state(session: Session, profiles: Profiles) -> Session:
         session.update(state="gone", reason="the pane's program has exited (pane is dead)")
         return session
     try:
-        screen = tmux.capture(session["socket"], session["id"])
+        screen = tmux.screen(session["socket"], session["id"])
     except HelperError as exc:
         session.update(state="unknown", reason=exc.message)
         return session
