@@ -115,6 +115,17 @@ class SpawnEngine(_Strict):
     command: str = Field(..., min_length=1, description="the command line; {cwd} and {name} are filled in, shell-quoted")
     ready_timeout_s: float = Field(60.0, gt=0, le=3600, description="how long a new session may take to be ready")
     trust_file: str | None = Field(None, description="the engine's settings file that pre-trusting writes (default: its own)")
+    ready: str | None = Field(None, description="a regex the screen must show, besides an idle input box, to be ready")
+
+    @field_validator("ready")
+    @classmethod
+    def _ready_regex(cls, value: str | None) -> str | None:
+        if value:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
+        return value
 
     @field_validator("command")
     @classmethod

@@ -382,3 +382,66 @@ def test_a_folder_the_fleet_pretrusts_starts_without_the_dialog(claude_on_h1: An
     config = json.loads((sshfleet.host_home("h1") / ".claude.json").read_text())
     assert config["projects"][str(cwd)]["hasTrustDialogAccepted"] is True
     assert config["hasCompletedOnboarding"] is True  # the rest of the file is kept
+
+
+# -- the real Codex, locally ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def codex_lab(tmux: Any) -> Any:
+    import shutil
+    import tempfile
+
+    from tests.codexlab import CodexLab, ensure_binary
+
+    binary, why = ensure_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the tests against the real Codex CLI, but: {why}")
+        pytest.skip(f"the real Codex CLI cannot run here: {why}")
+    root = Path(tempfile.mkdtemp(prefix="dsx-"))
+    lab = CodexLab(root, binary)
+    try:
+        yield lab
+    finally:
+        lab.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_codex_in_a_pretrusted_folder_is_briefed_and_an_untrusted_repository_waits(
+    codex_lab: Any, isolated: Path, cli: Any
+) -> None:
+    from tests.codexlab import _ns_prefix
+
+    lab = codex_lab
+    lab.write_config([])  # no folder trusted yet
+    assert lab.fake is not None
+    template = f"exec {' '.join(_ns_prefix(lab.fake.pid))} env {lab.pane_env()} {lab.binary}"
+    fleet = isolated / "fleet.toml"
+    base = f"[hosts.local]\ntrusted = [{json.dumps(str(lab.root / 'pre'))}]\n"
+    spawn = (
+        f"command = {json.dumps(template)}\nready_timeout_s = 60\ntrust_file = {json.dumps(str(lab.codex_home / 'config.toml'))}"
+    )
+    fleet_with(fleet, {"codex": spawn}, base)
+    pre, other = lab.root / "pre" / "repo", lab.root / "other"
+    git_repo(pre, "main")
+    git_repo(other, "main")  # Codex asks about trust only inside a git repository
+    res = cli("--fleet", str(fleet), "spawn", "local", "--engine", "codex", "--cwd", str(pre), "--name", "cx-pre",
+              "--brief", "summarise the repository", "--json")  # fmt: skip
+    assert res.code == 0, res.err + res.out
+    data = res.json()["data"]
+    assert (data["state"], data["pretrusted"], data["trust_written"]) == ("ready", True, True)
+    assert (data["brief"]["outcome"], data["brief"]["lane"]) == ("delivered", "tmux"), data["brief"]
+    config = tomllib.loads((lab.codex_home / "config.toml").read_text())
+    assert config["projects"] == {str(pre): {"trust_level": "trusted"}}
+    assert config["model_providers"]["mock"]["name"] == "mock"  # the rest of the file is kept
+    wait_for(lambda: any("summarise the repository" in t for turn in lab.turns() for t in lab.inputs_of(turn)), 30)
+    res = cli("--fleet", str(fleet), "spawn", "local", "--engine", "codex", "--cwd", str(other), "--name", "cx-new",
+              "--brief", "never typed", "--json")  # fmt: skip
+    assert res.code == 3, res.err + res.out
+    data = res.json()["data"]
+    assert data["state"] == "waiting" and data["brief"] is None and "Trust this folder" in " ".join(data["tail"]) + data["reason"]
+    listed = {s["name"]: s["state"] for s in cli("--fleet", str(fleet), "ls", "--json").json()["data"]["sessions"]}
+    assert listed == {"cx-pre": "idle", "cx-new": "dialog"}
+    assert str(other) not in tomllib.loads((lab.codex_home / "config.toml").read_text())["projects"]
+    assert not any("never typed" in t for turn in lab.turns() for t in lab.inputs_of(turn))

@@ -27,6 +27,9 @@ from drover.remote import protocol as P
 
 # The engines drover can start with no [spawn.ENGINE] table: their own commands, found on the host's PATH.
 DEFAULT_TEMPLATES = {"claude": "claude --name {name}", "codex": "codex"}
+# What the screen shows once the engine takes input, beyond an idle input box (Claude: its registry says so).
+# Codex 0.169 draws its composer within a second, while its app-server still starts; `← for agents` follows.
+DEFAULT_READY = {"codex": "← for agents"}
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
@@ -121,6 +124,7 @@ async def spawn_session(
         "trusted": cfg.trusted,
         "trust_file": spec.trust_file,
         "timeout_s": spec.ready_timeout_s,
+        "ready": spec.ready if spec.ready is not None else DEFAULT_READY.get(engine),
     }
     try:
         # The host does the waiting; the request only needs to outlive it.
@@ -157,7 +161,8 @@ async def spawn_session(
     ctx.truth.append(_event("spawned", spawn_id, session=result["id"], actor=actor, parent=parent, git=result["git"], **recorded))
     if result["state"] != "ready":
         return result  # at a dialog: drover never answers one, and a brief would only wait behind it (or answer it)
-    text = snapshot_text(host, result, actor, parent_msg, spawn_id) + "\n" + brief
+    # No blank line between them: Codex's composer ends at a blank line, so the guard would not see the whole paste.
+    text = snapshot_text(host, result, actor, parent_msg, spawn_id) + brief
     sent = await sessions_message(ctx, MessageRequest(host=host, id=result["id"], text=text, actor=actor))
     result["brief"] = sent.data
     outcome = sent.data or {}

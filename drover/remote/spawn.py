@@ -259,10 +259,19 @@ def _claude_session(pane_id: str, server: str, profiles: Profiles) -> Optional[D
 
 
 def wait_ready(
-    socket: str, name: str, pane_id: str, engine: str, profile: Dict[str, Any], profiles: Profiles, timeout: float
+    socket: str,
+    name: str,
+    pane_id: str,
+    engine: str,
+    profile: Dict[str, Any],
+    profiles: Profiles,
+    timeout: float,
+    ready_pattern: Optional[str] = None,
 ) -> Dict[str, Any]:
     """Watch the new pane until the engine is ready (idle; for Claude, its registry record idle too) or shows a
-    dialog.  The pane dying is ENGINE_EXITED (with what it printed); running out of time is SPAWN_TIMEOUT."""
+    dialog.  `ready_pattern`: what the screen must also show (Codex draws an idle composer a few seconds before it
+    takes input; its footer's `← for agents` says it does).  The pane dying is ENGINE_EXITED (with what it
+    printed); running out of time is SPAWN_TIMEOUT."""
     server = os.path.basename(socket)
     deadline = time.monotonic() + timeout
     dialogs = 0
@@ -296,7 +305,8 @@ def wait_ready(
         dialogs = dialogs + 1 if seen["state"] == "dialog" else 0
         if dialogs >= DIALOG_LOOKS:
             return {"state": "waiting", "reason": seen["reason"], "session": None, "tail": _tail(screen)}
-        if seen["state"] == "idle" and not seen.get("draft"):
+        shows_ready = not ready_pattern or any(re.search(ready_pattern, line) for line in lines_of(screen))
+        if seen["state"] == "idle" and not seen.get("draft") and shows_ready:
             idle_since = idle_since or time.monotonic()
             if engine != "claude" or time.monotonic() - idle_since > CLAUDE_RECORD_GRACE_S:
                 return {"state": "ready", "reason": seen["reason"], "session": None, "tail": _tail(screen)}
@@ -355,7 +365,9 @@ def spawn(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         _kill(socket, name)
         raise HelperError(BAD_REQUEST, "tmux did not name the new pane (it printed %r)" % created[:200])
     out["pane"] = pane_id
-    ready = wait_ready(socket, name, pane_id, engine, profiles[engine], profiles, float(args.get("timeout_s") or 60.0))
+    ready = wait_ready(
+        socket, name, pane_id, engine, profiles[engine], profiles, float(args.get("timeout_s") or 60.0), args.get("ready")
+    )
     # Once it runs, a program that exits is an exit like any other: tmux closes its pane as usual.
     try:
         tmux.tmux(socket, ["set-option", "-w", "-t", pane_id, "remain-on-exit", "off"], timeout=5)
