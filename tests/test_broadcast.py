@@ -138,7 +138,7 @@ def test_the_guards_own_last_look_still_applies_after_the_skip_check(tmux: Tmux,
     assert res.code == 4, res.out
     rows = {r["session"]["name"]: r for r in res.json()["data"]["messages"]}
     assert rows["calm"]["outcome"] == "delivered"
-    assert rows["jumpy"]["outcome"] == "refused" and rows["jumpy"]["code"] in ("dialog_after_paste", "dialog", "paste_not_shown")
+    assert (rows["jumpy"]["outcome"], rows["jumpy"]["code"]) == ("refused", "dialog_after_paste"), rows["jumpy"]
     wait_for(calm.messages)
     stays(lambda: jumpy.events("dialog") == [] and jumpy.messages() == [], what="the dialog left unanswered")
 
@@ -197,3 +197,20 @@ def test_broadcast_reads_its_text_from_stdin(tmux: Tmux, cli: Any) -> None:
     assert res.code == 0, res.err
     wait_for(pane.messages)
     assert pane.messages() == [envelope("from a pipe\nline two\n")]
+
+
+def test_a_truth_file_that_cannot_be_used_sends_nothing_and_says_so_per_session(tmux: Tmux, isolated: Path, cli: Any) -> None:
+    """drover sends nothing it cannot record: every row says why, the exit code is the truth file's (7)."""
+    calm, asking = tmux.agent("calm"), tmux.agent("asking")
+    show_dialog(asking, asking.screen)
+    home = isolated / "home"
+    home.mkdir(mode=0o700, exist_ok=True)
+    home.chmod(0o777)  # writable by anyone: drover will not trust a record others could forge
+    res = cli("--actor", ACTOR, "broadcast", "--all", "nobody gets this", "--json")
+    assert res.code == 7, res.out
+    rows = {r["session"]["name"]: r for r in res.json()["data"]["messages"]}
+    assert {n: (r["outcome"], r["code"]) for n, r in rows.items()} == {
+        "calm": ("failed", "truth_unsafe"),
+        "asking": ("failed", "truth_unsafe"),
+    }
+    stays(lambda: calm.messages() == [] and asking.events("dialog") == [], what="nothing sent")

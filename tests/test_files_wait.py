@@ -221,3 +221,27 @@ def test_over_ssh_permission_denied_is_said_plainly(sshfleet: SSHFleet, tmp_path
         assert "permission denied" in error["message"]
     finally:
         secret.rmdir()
+
+
+def test_the_shipped_bundle_waits_and_tells_who_waits_under_python_36(tmp_path: Path, tmux: Any) -> None:
+    """The helper's oldest Python: inotify through ctypes, and the attention op, as a 3.6 host runs them."""
+    from drover.transport import bundle
+    from tests.test_remote_package import pyenv_python, run_bundle
+
+    python = pyenv_python("3.6")
+    if python is None:
+        pytest.skip("no Python 3.6 on this machine (pyenv's builds are at /root/.pyenv/versions)")
+    tmux.agent("old-host-agent")
+    status = tmp_path / "status"
+    later(1.0, lambda: atomic_write(status, "done"))
+    code, answers, raw = run_bundle(
+        [python, "-E", "-s", "-c", bundle.BOOTSTRAP],
+        {"op": "wait_file", "args": {"path": str(status), "timeout_s": 30}},
+        {"op": "attention"},
+    )
+    assert code == 0, raw
+    waited, attention = answers
+    assert waited["ok"], waited
+    assert (waited["data"]["event"], waited["data"]["how"], waited["data"]["size"]) == ("created", "inotify", 4)
+    assert attention["ok"], attention
+    assert [(s["name"], s["human"]) for s in attention["data"]["sessions"]] == [("old-host-agent", None)]

@@ -129,21 +129,26 @@ def _skip(ctx: Context, broadcast: str, actor: str, host: str, s: dict[str, Any]
     }
 
 
+def _not_recorded(host: str, s: dict[str, Any], exc: DroverError) -> dict[str, Any]:
+    """The truth file could not take the accepted event: nothing was sent (drover sends nothing it cannot record)."""
+    return {
+        "id": None,
+        "host": host,
+        "target": s["pin"],
+        "outcome": P.FAILED,
+        "code": exc.code,
+        "detail": exc.message,
+        "session": _brief(s),
+        "exit_code": int(exc.exit_code),
+    }
+
+
 async def _send(bctx: Context, req: BroadcastRequest, actor: str, host: str, s: dict[str, Any]) -> dict[str, Any]:
     message = MessageRequest(host=host, id=s["pin"], text=req.text, actor=actor, via=req.via)
     try:
         result = await sessions_message(bctx, message)
-    except DroverError as exc:  # the truth file could not take the accepted event: nothing was sent
-        return {
-            "id": None,
-            "host": host,
-            "target": s["pin"],
-            "outcome": P.FAILED,
-            "code": exc.code,
-            "detail": exc.message,
-            "session": _brief(s),
-            "exit_code": int(exc.exit_code),
-        }
+    except DroverError as exc:
+        return _not_recorded(host, s, exc)
     data = dict(result.data)
     row = {k: data.get(k) for k in ("id", "host", "target", "outcome", "code", "detail", "lane", "verified")}
     row["session"] = data.get("session") or _brief(s)
@@ -200,9 +205,12 @@ async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
     matched = 0
 
     async def one(host: str, s: dict[str, Any]) -> dict[str, Any]:
-        if s.get("human"):
+        if not s.get("human"):
+            return await _send(bctx, req, actor, host, s)
+        try:
             return _skip(bctx, broadcast, actor, host, s, req.text)
-        return await _send(bctx, req, actor, host, s)
+        except DroverError as exc:  # the truth file cannot take it: a row of its own, not the host's other rows lost
+            return _not_recorded(host, s, exc)
 
     async def on_host(host: str) -> list[dict[str, Any]]:
         """Who is there, then the message to each chosen session at once: one host's work, in one connection slot."""
