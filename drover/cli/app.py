@@ -8,6 +8,8 @@ so `drover --help` and `--version` stay fast.
 from __future__ import annotations
 
 import sys
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -58,10 +60,14 @@ app.add_typer(guard_app, name="guard")
 app.add_typer(log_app, name="log")
 
 
-class State:
-    """What this invocation was told (--fleet, --actor, --debug) and the one Context its commands share."""
+class State(threading.local):
+    """What this invocation was told (--fleet, --actor, --debug) and the one Context its commands share.
+
+    Per thread: the daemon (drover/daemon/server.py) runs several invocations at once, one thread each, and gives
+    each a `make_context` that builds its Context (pooled SSH connections, the caller's actor)."""
 
     def __init__(self) -> None:
+        self.make_context: Callable[..., Context] | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -99,7 +105,8 @@ def context() -> Context:
     if state.ctx is None:
         from drover.ops import Context
 
-        state.ctx = Context(fleet_path=state.fleet, actor=state.actor, progress=_progress())
+        make = state.make_context or Context
+        state.ctx = make(fleet_path=state.fleet, actor=state.actor, progress=_progress())
     return state.ctx
 
 

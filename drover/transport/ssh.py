@@ -97,11 +97,18 @@ class HostKeyJudge:
 
 
 class _Client(asyncssh.SSHClient):
-    def __init__(self, judge: HostKeyJudge) -> None:
+    def __init__(self, judge: HostKeyJudge, on_lost: Callable[[], None] | None = None) -> None:
         self._judge = judge
+        self._on_lost = on_lost
 
     def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
         return self._judge.judge(host, addr, port, key)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # A long-lived transport (the daemon's) forgets a dead connection at once, so the next request reconnects
+        # (a host that restarted) instead of failing on the corpse.
+        if self._on_lost is not None:
+            self._on_lost()
 
 
 def _known_hosts_data(cfg: HostConfig) -> bytes:
@@ -153,6 +160,69 @@ def read_answer(stdout: bytes) -> tuple[dict[str, Any] | None, bytes]:
             return answer, stdout[:at]
 
 
+def take_answer(buffer: bytes) -> tuple[dict[str, Any] | None, bytes, bytes]:
+    """(the framed answer, the noise before it, what follows it) from a long-lived helper's output so far.
+
+    As read_answer, the last complete frame that is a helper answer wins: only one request is out per helper, so
+    anything before it (an rc file's output, a fake frame) is noise."""
+    answer, noise = read_answer(buffer)
+    if answer is None:
+        return None, buffer, b""
+    at = len(noise)
+    head, _, rest = buffer[at + len(P.ANSWER_MARK) :].partition(b"\n")
+    rest = rest[int(head) :]
+    return answer, noise, rest[1:] if rest.startswith(b"\n") else rest
+
+
+class HelperGone(Exception):
+    """A long-lived helper's output ended before its answer: the process exited (or the channel closed)."""
+
+
+class Helper:
+    """One helper process kept running on a host (persistent mode): the bundle is sent once, then one request line
+    at a time, each answered with one frame.  A helper serves one request at a time."""
+
+    def __init__(self, process: asyncssh.SSHClientProcess[bytes]) -> None:
+        self.process = process
+        self.buffer = b""
+        self.answered = 0
+
+    @classmethod
+    async def start(cls, conn: asyncssh.SSHClientConnection, command: str) -> Helper:
+        process = await conn.create_process(command, encoding=None, x11_forwarding=False)
+        process.stdin.write(bundle.preamble())
+        return cls(process)
+
+    async def ask(self, request: bytes) -> tuple[dict[str, Any], bytes]:
+        """The answer to one request line, and the noise before it (a login shell's, on the first answer)."""
+        try:
+            self.process.stdin.write(request)
+        except (BrokenPipeError, ConnectionResetError, asyncssh.Error):
+            pass  # gone already: reading says so
+        while True:
+            answer, noise, rest = take_answer(self.buffer)
+            if answer is not None:
+                self.buffer = rest
+                self.answered += 1
+                return answer, noise
+            chunk = await self.process.stdout.read(1 << 16)
+            if not chunk:
+                raise HelperGone
+            self.buffer += chunk
+
+    async def ended(self) -> Ran:
+        """How a helper that stopped answering ended (bounded: a channel that never closes is 'still running')."""
+        try:
+            done = await bounded(self.process.wait(check=False), 2)
+        except TimeoutError:
+            return Ran(self.buffer, b"", None, False)
+        err = done.stderr if isinstance(done.stderr, bytes) else b""
+        return Ran(self.buffer, err, done.exit_status, done.exit_signal is not None)
+
+    def close(self) -> None:
+        self.process.close()
+
+
 @dataclass
 class Ran:
     """What came back from the remote command."""
@@ -164,7 +234,11 @@ class Ran:
 
 
 class SSHTransport:
-    def __init__(self, host: str, cfg: HostConfig, defaults: Defaults, profiles: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, host: str, cfg: HostConfig, defaults: Defaults, profiles: dict[str, Any] | None = None, helpers: int = 0
+    ) -> None:
+        """`helpers` > 0 is persistent mode (the daemon's): up to that many helper processes are kept running on the
+        host and reused, one request at a time each; 0 starts a helper per request (one invocation's work)."""
         self.host = host
         self.cfg = cfg
         self.profiles = profiles or {}
@@ -173,6 +247,11 @@ class SSHTransport:
         self._lock = asyncio.Lock()
         self.connect_seconds: float | None = None
         self.warnings: list[str] = []
+        self.helpers = helpers
+        self._idle: list[tuple[asyncssh.SSHClientConnection, Helper]] = []
+        self._slots = asyncio.Semaphore(helpers) if helpers else None
+        self.busy = 0
+        self.connects = 0
 
     # -- connection ------------------------------------------------------------------------------------------
     async def _connection(self) -> asyncssh.SSHClientConnection:
@@ -181,16 +260,28 @@ class SSHTransport:
                 started = time.monotonic()
                 self._conn = await self._connect()
                 self.connect_seconds = time.monotonic() - started
+                self.connects += 1
             return self._conn
+
+    def _lost(self, conn: Callable[[], asyncssh.SSHClientConnection | None]) -> Callable[[], None]:
+        def forget() -> None:
+            dead = conn()
+            if dead is not None and self._conn is dead:
+                self._conn = None
+            self._idle = [(c, h) for c, h in self._idle if c is not dead]
+
+        return forget
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
         cfg = self.cfg
         target = cfg.ssh or self.host
         known = _known_hosts_data(cfg)
         judge = HostKeyJudge(self.host, cfg, known)
+        made: list[asyncssh.SSHClientConnection] = []
+        on_lost = self._lost(lambda: made[0] if made else None) if self.helpers else None
         options: dict[str, Any] = {
             "known_hosts": known if known else b"",
-            "client_factory": lambda: _Client(judge),
+            "client_factory": lambda: _Client(judge, on_lost),
             "connect_timeout": self.connect_timeout,
             "login_timeout": self.connect_timeout,
             # Whatever ~/.ssh/config says (ForwardAgent yes): a host drover talks to never gets the user's agent.
@@ -215,7 +306,9 @@ class SSHTransport:
         where = f"{target}" + (f":{cfg.port}" if cfg.port else "")
         try:
             # The outer bound also covers DNS and the tunnel, which connect_timeout may not.
-            return await bounded(asyncssh.connect(target, **options), self.connect_timeout + 1)
+            conn = await bounded(asyncssh.connect(target, **options), self.connect_timeout + 1)
+            made.append(conn)
+            return conn
         except asyncssh.HostKeyNotVerifiable:
             raise judge.error() from None
         except asyncssh.PermissionDenied as exc:
@@ -259,12 +352,11 @@ class SSHTransport:
 
     # -- requests --------------------------------------------------------------------------------------------
     async def call(self, op: str, args: dict[str, Any], *, timeout: float) -> Any:
+        if self.helpers:
+            return await self._ask_helper(op, args, timeout)
         conn = await self._connection()
         request = json.dumps({"helper": P.PROTOCOL, "op": op, "args": args, "profiles": self.profiles}).encode() + b"\n"
-        try:
-            command = bundle.command(self.cfg.python)
-        except ValueError as exc:
-            raise ConfigError(str(exc), host=self.host, hint=f"fix python under [hosts.{self.host}] in fleet.toml") from None
+        command = self._command()
         try:
             result = await bounded(self._run(conn, command, bundle.preamble() + request), timeout, on_timeout=self.abort)
         except TimeoutError:
@@ -282,6 +374,80 @@ class SSHTransport:
         answer, noise = read_answer(stdout)
         if answer is None:
             raise self._no_answer(op, result.status, result.signalled, stdout, stderr)
+        return self._data(answer, noise)
+
+    def _command(self) -> str:
+        try:
+            return bundle.command(self.cfg.python)
+        except ValueError as exc:
+            raise ConfigError(str(exc), host=self.host, hint=f"fix python under [hosts.{self.host}] in fleet.toml") from None
+
+    async def _ask_helper(self, op: str, args: dict[str, Any], timeout: float) -> Any:
+        """Persistent mode: the request goes to a helper already running on the host (one is started when none is
+        idle, up to `helpers`; beyond that, requests wait their turn within their own timeout).  As with a helper
+        per request, every request is bounded, a timeout drops the connection, and a request whose connection or
+        helper dies on the way fails -- `indeterminate` for a send -- and is never sent again.  The next request
+        finds the connection gone and opens a new one (a host that restarted)."""
+        assert self._slots is not None
+        request = json.dumps({"helper": P.PROTOCOL, "op": op, "args": args, "profiles": self.profiles}).encode() + b"\n"
+        command = self._command()
+        helper: Helper | None = None
+        conn: asyncssh.SSHClientConnection | None = None
+        answered = False
+
+        async def ask() -> tuple[dict[str, Any], bytes]:
+            nonlocal helper, conn
+            async with self._slots:  # type: ignore[union-attr]
+                conn = await self._connection()
+                while self._idle and helper is None:
+                    c, h = self._idle.pop()
+                    if c is conn and not h.process.is_closing() and not conn.is_closed():
+                        helper = h
+                    else:
+                        h.close()
+                if helper is None:
+                    helper = await Helper.start(conn, command)
+                self.busy += 1
+                try:
+                    return await helper.ask(request)
+                finally:
+                    self.busy -= 1
+
+        task = asyncio.ensure_future(ask())
+        try:
+            answer, noise = await bounded(task, timeout, on_timeout=self.abort)
+            answered = True
+        except asyncio.CancelledError:
+            task.cancel()  # the caller went away: so does the request (and the helper, closed below)
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            raise
+        except TimeoutError:
+            raise TransportError(
+                f"no answer to {op} within {timeout:g}s (the request may still complete there)",
+                host=self.host,
+                code=P.REQUEST_TIMEOUT,
+            ) from None
+        except HelperGone:
+            assert helper is not None
+            ran = await helper.ended()
+            stderr = ran.stderr.decode("utf-8", "replace").strip()
+            raise self._no_answer(op, ran.status, ran.signalled, ran.stdout, stderr) from None
+        except (asyncssh.Error, OSError) as exc:
+            if self._conn is conn:
+                self._conn = None
+            raise TransportError(
+                f"the SSH connection was lost during {op}: {exc}", host=self.host, code=P.CONNECTION_LOST
+            ) from None
+        finally:
+            if helper is not None:
+                if answered and conn is not None and self._conn is conn:
+                    self._idle.append((conn, helper))
+                else:
+                    helper.close()  # cancelled or failed mid-request: its next answer would belong to nobody
+        return self._data(answer, noise)
+
+    def _data(self, answer: dict[str, Any], noise: bytes) -> Any:
+        """The helper's data from its answer, checked; a noisy login shell becomes a warning."""
         if noise:
             self.warnings.append(f"the login shell printed {len(noise)} bytes before the helper's answer: {noise[:120]!r}")
         if answer.get("helper") != P.PROTOCOL:
@@ -372,8 +538,12 @@ class SSHTransport:
         if self._conn is not None:
             self._conn.abort()
             self._conn = None
+        self._idle = []
 
     async def close(self) -> None:
+        for _conn, helper in self._idle:
+            helper.close()
+        self._idle = []
         if self._conn is not None:
             self._conn.close()
             try:

@@ -1,0 +1,342 @@
+"""The daemon's client: what the `drover` front runs before it imports anything heavy.  Standard library only.
+
+`run(argv)` answers the command's exit code when a daemon ran it, or None when the caller must run it directly:
+persistent mode off, not a hot command, no daemon (one is then started for next time), a stale socket, a daemon
+of another environment or version, or a daemon that died before the command could have done anything.
+
+A daemon that dies *after* the command may have had an effect is never worked around by running it again: a
+send whose message was recorded is reported as uncertain, with its id and the `drover retry` that finishes it
+exactly once (the daemon tells the client the id before anything is delivered).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import sys
+
+from drover.daemon import paths
+from drover.daemon import protocol as wire
+
+# The commands the daemon runs; everything else (fleet edits, the demo, guard) runs directly.
+HOT = frozenset(["send", "ls", "status", "wait", "op", "read", "log"])
+# Global options that take a value: `drover --fleet F send ...`.
+VALUED = frozenset(["--fleet", "--actor"])
+# Commands and ops that only read: when the daemon dies running one of them, running it again here is harmless.
+# A send is one too until its message is being recorded (the daemon says so: `accepting`).
+RERUN_SAFE = frozenset(["send", "ls", "status", "wait", "read", "log"])
+RERUN_SAFE_OPS = frozenset(
+    ["sessions.list", "sessions.status", "sessions.wait", "sessions.read", "sessions.message", "messages.list", "messages.get"]
+)
+CONNECT_TIMEOUT_S = 2.0
+# A daemon that took the request must say `started` (or refuse) within this: a stopped or wedged daemon costs the
+# caller this much, then the command runs directly.
+START_TIMEOUT_S = 10.0
+EXIT_FAILED = 5  # drover.errors.ExitCode.FAILED (not imported: that module pulls in the remote package)
+EXIT_INTERRUPTED = 130
+
+
+def enabled() -> bool:
+    return os.environ.get("DROVER_DAEMON", "") not in ("0", "off", "no", "false")
+
+
+def command_of(argv: list[str]) -> tuple[str | None, list[str]]:
+    """The command word and the words after it, skipping the global options before it."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word in VALUED:
+            i += 2
+            continue
+        if word.startswith("-"):
+            if word == "--":
+                return None, []
+            i += 1
+            continue
+        return word, argv[i + 1 :]
+    return None, []
+
+
+def _positional(rest: list[str]) -> str | None:
+    i = 0
+    while i < len(rest):
+        if rest[i] in VALUED:
+            i += 2
+        elif rest[i].startswith("-"):
+            i += 1
+        else:
+            return rest[i]
+    return None
+
+
+def connect(path: str, timeout: float = CONNECT_TIMEOUT_S) -> socket.socket:
+    """A connection to the daemon at `path`, checked: the directory is ours and the peer runs as us."""
+    paths.check_dir(os.path.dirname(path))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", cred)
+        if uid != os.getuid():
+            raise paths.Unsafe(f"the process listening on {path} runs as uid {uid}, not as you")
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _term() -> dict[str, str]:
+    return {k: os.environ[k] for k in ("TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES") if k in os.environ}
+
+
+def _columns() -> int:
+    """The caller's terminal width, as shutil.get_terminal_size would say (shutil is not imported for it)."""
+    try:
+        cols = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        cols = 0
+    if cols <= 0:
+        try:
+            cols = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            cols = 0
+    return cols or 80
+
+
+def _isatty(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def run(argv: list[str]) -> int | None:
+    """Run the command through the daemon: its exit code, or None to run it directly."""
+    if not enabled():
+        return None
+    command, rest = command_of(argv)
+    if command not in HOT:
+        return None
+    env = paths.environment()
+    path = paths.socket_path(env)
+    try:
+        sock = connect(path)
+    except (OSError, paths.Unsafe):
+        # No daemon (or a stale socket, or one we will not trust): this command runs directly; the next one
+        # finds a daemon.
+        start(argv, path)
+        return None
+    request = {
+        "t": "run",
+        "v": wire.VERSION,
+        "argv": argv,
+        "cwd": _cwd(),
+        "env": env,
+        "actor": os.environ.get("DROVER_ACTOR"),
+        "tty": {"stdin": _isatty(sys.stdin), "stdout": _isatty(sys.stdout), "stderr": _isatty(sys.stderr)},
+        "cols": _columns(),
+        "term": _term(),
+    }
+    with sock:
+        return Talk(sock, command, rest).run(request)
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:
+        return None  # a removed directory: the daemon runs it from /, as a direct run would fail the same way only if it needs it
+
+
+class Talk:
+    """One request's conversation with the daemon."""
+
+    def __init__(self, sock: socket.socket, command: str, rest: list[str]) -> None:
+        self.sock = sock
+        self.command = command
+        self.rest = rest
+        self.started = False
+        self.printed = False
+        self.accepting = False
+        self.accepted: str | None = None
+
+    def run(self, request: dict[str, object]) -> int | None:
+        try:
+            self.sock.sendall(wire.encode(request))
+            reader = self.sock.makefile("rb")
+            self.sock.settimeout(START_TIMEOUT_S)
+            while True:
+                try:
+                    line = reader.readline(wire.MAX_LINE)
+                except TimeoutError:
+                    line = b""  # never said it started: treat it as gone (it ran nothing we know of)
+                except OSError:
+                    line = b""
+                if not line.endswith(b"\n"):
+                    return self.lost()
+                code = self.handle(wire.decode(line))
+                if code is not None:
+                    return code if code >= 0 else None
+        except KeyboardInterrupt:
+            # Closing the connection cancels the command in the daemon, which records an interrupted send as such.
+            _write(sys.stderr, "drover: interrupted\n")
+            return EXIT_INTERRUPTED
+        except BrokenPipeError:
+            return 0  # `drover ls | head -1`
+        except (OSError, ValueError):
+            return self.lost()
+
+    def handle(self, msg: dict) -> int | None:
+        """A message from the daemon: an exit code to end with, -1 to run the command directly, None to go on."""
+        kind = msg.get("t")
+        if kind == "out":
+            self.printed = True
+            _write(sys.stdout, msg.get("d", ""))
+        elif kind == "err":
+            self.printed = True
+            _write(sys.stderr, msg.get("d", ""))
+        elif kind == "started":
+            self.started = True
+            self.sock.settimeout(None)  # from here the daemon bounds the command by its own timeouts
+        elif kind == "stdin?":
+            data = _read_stdin()
+            self.sock.sendall(wire.encode({"t": "stdin", "d": data.decode("utf-8", "surrogateescape")}))
+        elif kind == "accepting":
+            self.accepting = True
+        elif kind == "accepted":
+            self.accepted = str(msg.get("id"))
+        elif kind == "exit":
+            return int(msg.get("code", 1))
+        elif kind == "refuse":
+            return -1 if not self.started else self.lost()
+        return None
+
+    def lost(self) -> int | None:
+        """The daemon went away before it answered: run the command here only if that cannot do anything twice."""
+        if self.accepted:
+            _write(
+                sys.stderr,
+                f"drover: the daemon stopped while sending {self.accepted}: it may or may not have arrived "
+                f"(`drover retry {self.accepted}` looks for it before it sends it again; never twice)\n",
+            )
+            return EXIT_FAILED
+        if self.accepting:
+            _write(
+                sys.stderr,
+                "drover: the daemon stopped while recording a message: nothing was delivered, and it is not sent again "
+                "(`drover log --pending` shows it if it was recorded)\n",
+            )
+            return EXIT_FAILED
+        if not self.started or (not self.printed and self.rerun_safe()):
+            return None
+        _write(sys.stderr, "drover: the daemon stopped while running the command: not run again, as it may have had effects\n")
+        return EXIT_FAILED
+
+    def rerun_safe(self) -> bool:
+        if self.command == "op":
+            verb = _positional(self.rest)
+            return verb is None or verb in RERUN_SAFE_OPS
+        return self.command in RERUN_SAFE
+
+
+def _write(stream: object, text: str) -> None:
+    buffer = getattr(stream, "buffer", None)
+    if buffer is not None:
+        buffer.write(text.encode("utf-8", "surrogateescape"))
+        buffer.flush()
+    else:
+        stream.write(text)  # type: ignore[attr-defined]
+        stream.flush()  # type: ignore[attr-defined]
+
+
+def _read_stdin() -> bytes:
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is not None:
+        return bytes(stream.read())
+    text = sys.stdin.read() if sys.stdin is not None else ""
+    return text.encode("utf-8", "surrogateescape")
+
+
+# -- starting a daemon ---------------------------------------------------------------------------------------------
+
+
+def autostart_allowed(argv: list[str]) -> bool:
+    """On first use, unless turned off: DROVER_DAEMON=0, or `daemon = false` under [defaults] in the fleet file.
+
+    Under pytest only when DROVER_DAEMON=1: the suite runs drover hundreds of times, each test in its own
+    environment, and must not leave a daemon behind per test (tests of persistent mode turn it on)."""
+    setting = os.environ.get("DROVER_DAEMON", "")
+    if setting in ("0", "off", "no", "false"):
+        return False
+    if "PYTEST_CURRENT_TEST" in os.environ and setting != "1":
+        return False
+    return fleet_allows(argv)
+
+
+def fleet_allows(argv: list[str]) -> bool:
+    """The fleet file's `daemon` setting (true when unset, or when the file cannot be read: the command itself
+    then reports the file's problem, in either mode)."""
+    fleet = None
+    for i, word in enumerate(argv):
+        if word == "--fleet" and i + 1 < len(argv):
+            fleet = argv[i + 1]
+        elif word.startswith("--fleet="):
+            fleet = word.split("=", 1)[1]
+    if fleet is None:
+        fleet = os.environ.get("DROVER_FLEET") or os.path.join(
+            os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"), "drover", "fleet.toml"
+        )
+    try:
+        import stat
+        import tomllib
+
+        path = os.path.expanduser(fleet)
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return True
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, ValueError):
+        return True
+    defaults = data.get("defaults")
+    return not (isinstance(defaults, dict) and defaults.get("daemon") is False)
+
+
+def start(argv: list[str], path: str) -> None:
+    """Start a daemon for this environment in the background, detached: its own session, no terminal, stdin from
+    /dev/null, output to a log beside the socket, no descriptor of ours (a `$(drover ...)` or a cron job must
+    not wait for it).  Several callers may race to start one: the daemon's lock lets one win."""
+    if not autostart_allowed(argv):
+        return
+    try:
+        paths.ensure_dir(os.path.dirname(path))
+    except (OSError, paths.Unsafe):
+        return
+    spawn(path)
+
+
+def spawn(path: str, idle: float | None = None) -> int:
+    """Fork the daemon off (double fork: nobody has to reap it); returns at once in the caller (0), or raises."""
+    log = path[: -len(".sock")] + ".log"
+    argv = [sys.executable, "-m", "drover.daemon.server", "--socket", path]
+    if idle is not None:
+        argv += ["--idle", str(idle)]
+    pid = os.fork()
+    if pid:
+        os.waitpid(pid, 0)
+        return 0
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        os.chdir("/")
+        null = os.open(os.devnull, os.O_RDONLY)
+        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.closerange(3, 65536)
+        os.execv(sys.executable, argv)
+    finally:
+        os._exit(127)

@@ -1,0 +1,104 @@
+"""Where the daemon's socket lives, and which environment a daemon stands for.  Standard library only.
+
+The socket is `$XDG_RUNTIME_DIR/drover/d-KEY.sock` (else `/tmp/drover-UID/d-KEY.sock`).  The directory must be
+ours, a real directory (not a symlink) and mode 0700: then nobody else can reach the socket (the socket is 0600
+too, and the daemon checks the peer's uid on every connection).
+
+KEY is a checksum of the environment the work depends on (the drover home, the fleet file, HOME for ~/.ssh,
+tmux's socket directory, Claude's config dir, PATH, ...) and of the interpreter and drover's own location.  A
+daemon runs requests in its own process, so it can honour a caller's environment only by *being* started from
+the same one: callers with another environment reach another daemon (or none).  The checksum only picks the
+socket; the daemon compares the whole environment on every request and refuses one that differs.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import zlib
+
+# What the work reads from the environment, here or in the helper and the programs it runs (grep os.environ).
+# DROVER_ACTOR is not among them: it is passed with each request (agents that differ only in their actor share
+# one daemon).  DROVER_DAEMON* only steer the front.
+ENV_KEYS = (
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TMUX_TMPDIR",
+    "CLAUDE_CONFIG_DIR",
+    "CODEX_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
+    "DROVER_HOME",
+    "DROVER_FLEET",
+    "DROVER_FAULT",
+    "SSH_AUTH_SOCK",
+    "PYTHONPATH",
+)
+
+
+class Unsafe(Exception):
+    """The socket directory is not the user's own: nothing is created in it and nothing there is trusted."""
+
+
+def environment(env: os._Environ[str] | dict[str, str] | None = None) -> dict[str, str]:
+    """The part of the environment a daemon must share with its callers."""
+    env = os.environ if env is None else env
+    out = {k: env[k] for k in ENV_KEYS if k in env}
+    # Only $TMUX's socket is read (drover/remote/tmux.py); its pid and session index differ from pane to pane.
+    tmux = env.get("TMUX", "").split(",")[0]
+    if tmux:
+        out["TMUX"] = tmux
+    return out
+
+
+def identity(env: dict[str, str]) -> dict[str, str]:
+    """The environment plus what the code is: another interpreter or another checkout is another daemon."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return {**env, "": f"{sys.executable}\0{package}"}
+
+
+def key(ident: dict[str, str]) -> str:
+    raw = "\0".join(f"{k}={v}" for k, v in sorted(ident.items())).encode("utf-8", "surrogateescape")
+    # Two checksums, not a cryptographic hash: hashlib costs the hot path a few milliseconds, and the key only
+    # picks a socket (the daemon checks the whole environment itself).
+    return f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}"
+
+
+def runtime_dir(env: dict[str, str] | os._Environ[str] | None = None) -> str:
+    env = os.environ if env is None else env
+    base = env.get("XDG_RUNTIME_DIR", "")
+    if base and os.path.isabs(base):
+        return os.path.join(base, "drover")
+    return f"/tmp/drover-{os.getuid()}"
+
+
+def check_dir(path: str) -> None:
+    """Raise Unsafe unless `path` is a directory (not a symlink) of ours that nobody else can enter."""
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise Unsafe(f"{path} is not a directory (a symlink or a file): the daemon's socket is not put there")
+    if st.st_uid != os.getuid():
+        raise Unsafe(f"{path} belongs to uid {st.st_uid}, not to you: the daemon's socket is not put there")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise Unsafe(f"{path} has mode {stat.S_IMODE(st.st_mode):04o}, not 0700: the daemon's socket is not put there")
+
+
+def ensure_dir(path: str) -> None:
+    """Create the socket directory 0700 if it is missing, then check it (an existing one is never loosened)."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    check_dir(path)
+
+
+def socket_path(env: dict[str, str] | None = None) -> str:
+    env = environment() if env is None else env
+    return os.path.join(runtime_dir(env), f"d-{key(identity(env))}.sock")
