@@ -143,3 +143,32 @@ def test_a_real_claude_at_its_trust_dialog_is_on_the_board(claude_lab: Any) -> N
     assert len(rows) == 1, doc.data
     assert rows[0]["engine"] == "claude" and rows[0]["state"] == "dialog" and rows[0]["since_source"] == "pane_activity"
     assert rows[0]["reason"].startswith("dialog on screen: ")
+
+
+def test_a_real_claude_at_a_permission_prompt_is_on_the_board_and_a_broadcast_skips_it(claude_lab: Any, cli: Any) -> None:
+    """Claude's own `waiting` (its registry), with what for and since when; the same look makes a broadcast skip
+    it while an idle Claude beside it gets the message in its inbox."""
+    asker = claude_lab.start("perm-board", flags="--permission-mode default", tool_use={"command": "rm -rf ./build"})
+    calm = claude_lab.start("calm-board")
+    first = drover.run("sessions.message", {"id": asker.name, "text": "clean the build please"}, actor="tester")
+    assert first.data["outcome"] == "delivered", first.data
+    wait_for(lambda: asker.status() == "waiting", timeout=30, what="the permission prompt")
+    doc = drover.run("board", {})
+    rows = [w for w in doc.data["waiting"] if w["name"] == "perm-board"]
+    assert len(rows) == 1, doc.data
+    assert (rows[0]["engine"], rows[0]["state"], rows[0]["reason"]) == (
+        "claude",
+        "waiting",
+        "Claude is waiting: permission prompt",
+    )
+    record = asker.record()
+    assert record is not None and rows[0]["since"] == record["statusUpdatedAt"] // 1000 and rows[0]["since_source"] == "claude"
+    assert "calm-board" not in json.dumps(doc.data["waiting"])
+    res = cli("--actor", "coordinator", "broadcast", "--engine", "claude", "standup in 5", "--json")
+    assert res.code == 4, res.out
+    by_name = {r["session"]["name"]: r for r in res.json()["data"]["messages"]}
+    assert by_name["perm-board"]["outcome"] == "skipped"
+    assert by_name["perm-board"]["detail"] == "Claude is waiting: permission prompt"
+    assert (by_name["calm-board"]["outcome"], by_name["calm-board"]["lane"]) == ("delivered", "inbox")
+    wait_for(lambda: any("standup in 5" in str(m.get("origin", {}).get("body")) for m in calm.peer_messages()), timeout=30)
+    assert not any("standup in 5" in str(m.get("origin", {}).get("body")) for m in asker.peer_messages())
