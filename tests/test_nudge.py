@@ -203,7 +203,7 @@ def test_run_sends_what_is_due_once_then_nothing(tmux: Tmux, isolated: Path, mon
     pane = tmux.agent("sched")
     write_fleet(isolated, monkeypatch, entry("local:sched", "hourly check-in", actor="cron-bot"))
     empty_home = cli("nudge", "run", "--dry-run", "--json").json()["data"]
-    assert [(e["entry"], e["due"], e["why"]) for e in empty_home["entries"]] == [("local:sched", True, "never sent")]
+    assert [(e["entry"], e["due"], e["why"]) for e in empty_home["entries"]] == [("local:sched", True, "not sent in the last 1h")]
     assert pane.messages() == [] and records(isolated, "accepted") == []
     first = cli("nudge", "run")
     assert first.code == 0, first.err
@@ -414,3 +414,67 @@ def test_over_ssh_the_directory_rule_is_per_host(sshfleet: Any, isolated: Path, 
     gone = cli("nudge", "h3:worker", "anyone?", "--json")
     assert gone.code == 4 and gone.json()["data"]["code"] == "not_live", gone.out
     assert len(h2.messages()) == 1
+
+
+# -- Claude Code: its own registry says busy, and a Claude session is a live neighbour ----------------------------
+
+
+def test_claude_session_busy_by_its_registry_and_sharing_its_directory(claude_lab: Any, tmux: Tmux, cli: Any) -> None:
+    s = claude_lab.start("c-nudge", delay=6)
+    res = cli("--actor", ACTOR, "nudge", "local:c-nudge", "start a slow turn", "--json")
+    assert res.code == 0, res.out
+    data = res.json()["data"]
+    assert (data["outcome"], data["lane"]) == ("delivered", "inbox"), data
+    wait_for(lambda: s.status() == "busy", timeout=20, what="the turn to start")
+    res = cli("nudge", "local:c-nudge", "are you done?", "--json")
+    assert res.code == 4 and res.json()["data"]["code"] == "generating", res.out
+    wait_for(lambda: s.status() == "idle", timeout=40, what="the turn to end")
+    # A demo agent in the Claude session's directory: now each has a live neighbour there.
+    neighbour = agent_in(tmux, s.cwd, "neighbour")
+    res = cli("nudge", "local:c-nudge", "are you done?", "--json")
+    assert res.code == 4 and res.json()["data"]["code"] == "shared_cwd", res.out
+    res = cli("nudge", neighbour.address, "and you?", "--json")
+    assert res.code == 4 and res.json()["data"]["code"] == "shared_cwd", res.out
+    assert [p["origin"]["body"] for p in s.peer_messages()] == ["start a slow turn"]
+    assert neighbour.messages() == []
+
+
+# -- the schedule's memory, read from the truth file ---------------------------------------------------------------
+
+
+def test_last_sends_are_read_from_the_record_back_to_the_horizon(isolated: Path) -> None:
+    from drover.ops.core import Context
+    from drover.ops.nudge import plan
+    from drover.truth import TruthFile
+
+    now = time.time()
+    truth = TruthFile()
+
+    def run_event(key: str, phase: str, ago: float, attempt: str, **more: Any) -> dict[str, Any]:
+        return {"v": 1, "event": "nudge_run", "ts": now - ago, "entry": key, "phase": phase, "attempt": attempt, **more}
+
+    truth.append(run_event("old", "done", 7300, "a1", sent=True))  # two hours ago: beyond an hourly entry's horizon
+    for i in range(300):
+        truth.append({"v": 1, "event": "other", "ts": now - 7000 + i})
+    truth.append(run_event("recent", "start", 600, "b1"))
+    truth.append(run_event("recent", "done", 599, "b1", sent=True))
+    truth.append(run_event("crashed", "start", 120, "c1"))  # a run that died mid-send: it may have sent
+    truth.append(run_event("refused", "start", 90, "d1"))
+    truth.append(run_event("refused", "done", 89, "d1", sent=False))
+    with truth.path.open("a", encoding="utf-8") as f:  # lines drover did not write (or that lie about themselves)
+        f.write('{"event":"nudge_run","ts":"yesterday","entry":"recent"}\n[1,2]\n')
+        f.write(json.dumps(run_event(["recent"], "done", 30, "x", sent=True)) + "\n")  # type: ignore[arg-type]
+    entries = [
+        fleet_mod.NudgeEntry(target=f"local:{key}", name=key, text="hi", every="1h", retry="30m")
+        for key in ("old", "recent", "crashed", "refused", "never")
+    ]
+    rows, warnings = plan(Context(), entries, now)
+    due = {r["entry"]: (r["due"], r["why"].split(" ")[0]) for r in rows}
+    assert due == {
+        "old": (True, "not"),  # beyond the horizon: nothing there can make it not due
+        "recent": (False, "sent"),
+        "crashed": (False, "sent"),
+        "refused": (False, "tried"),  # retry is 30m: a refusal 90s ago waits
+        "never": (True, "not"),
+    }
+    assert warnings and warnings[0]["count"] == 1  # the torn-looking line; [1,2] has no "ts" and is passed over

@@ -258,6 +258,7 @@ async def sessions_nudge(ctx: Context, req: NudgeRequest) -> Result:
 # at 09:16.  An entry is due this much before its interval is quite over (half the interval for short ones).
 SLACK_S = 30.0
 EVENT = "nudge_run"
+TS = re.compile(rb'"ts":(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)')  # an event's time, as drover writes it (no spaces)
 SENT = {P.DELIVERED, P.QUEUED, P.HELD}
 
 
@@ -277,10 +278,18 @@ def _history(ctx: Context, keys: set[str], horizon_s: float, now: float) -> tupl
     Read backwards from the end of the truth file, stopping at the horizon: what happened before it cannot make an
     entry not due.  A `start` with no `done` (a run that died mid-send) may have sent: it counts as sent."""
     stop = now - horizon_s - ORDER_SLACK_S
+
+    def skip(raw: bytes) -> bool:
+        # Only nudge_run lines are wanted, and one old line to stop at: the others are passed over unparsed.
+        if b'"nudge_run"' in raw:
+            return False
+        ts = TS.search(raw)
+        return ts is None or float(ts.group(1)) >= stop
+
     stats = ReadStats(str(ctx.truth.path))
     found: dict[str, dict[str, float]] = {}
     finished: set[Any] = set()
-    for ev in ctx.truth.backward(stats):
+    for ev in ctx.truth.backward(stats, skip=skip):
         ts = float(ev["ts"])
         if ts < stop:
             break
@@ -333,7 +342,8 @@ def plan(ctx: Context, entries: list[NudgeEntry], now: float) -> tuple[list[dict
             row["next"] = now_iso(tried + retry - _slack(retry))
         else:
             row["due"] = True
-            row["why"] = "never sent" if sent is None else f"last sent {_ago(now - sent)} ago; every {entry.every}"
+            last = f"not sent in the last {entry.every}" if sent is None else f"sent {_ago(now - sent)} ago"
+            row["why"] = last if sent is None else f"{last}; every {entry.every}"
         rows.append(row)
     return rows, warnings
 
