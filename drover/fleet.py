@@ -211,6 +211,13 @@ class NudgeEntry(_Strict):
             raise ValueError("is empty")
         return value
 
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        if value.strip().endswith(":"):
+            raise ValueError(f"{value!r} names a host but no session: write it as HOST:ID, e.g. box-a:webapp-f8")
+        return value
+
     @field_validator("every", "retry")
     @classmethod
     def _duration(cls, value: str) -> str:
