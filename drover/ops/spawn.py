@@ -184,7 +184,7 @@ async def sessions_spawn(ctx: Context, req: SpawnRequest) -> Result:
         actor=ctx.who(req.actor),
         parent_msg=req.parent_msg,
     )
-    where = f"{req.host}:{data['name']}"
+    where = f"{data['name']} ({data['engine']}, {data['id']})"
     if data["state"] == "waiting":
         message = (
             f"{where} started but stopped at a dialog ({data['reason']}); drover never answers one, so it was not "

@@ -91,6 +91,10 @@ PANE_LOCKED = "pane_locked"
 WOULD_BE_HELD = "would_be_held"
 CANNOT_VERIFY = "cannot_verify"
 NOT_FOREGROUND = "not_foreground"
+# Refusals on the queue lane (Codex): threads `codex queue` would take a message for and never run it
+THREAD_NOT_LOADED = "thread_not_loaded"
+EXEC_THREAD = "exec_thread"
+THREAD_ERROR = "thread_error"
 WAITING_ON_HUMAN = "waiting_on_human"  # a broadcast skipped it: a dialog, Claude's waiting, or a draft
 # Refusals by drover's limits and policy
 TOO_LARGE = "too_large"
@@ -144,6 +148,9 @@ HELPER_ERROR = "helper_error"
 REQUEST_TIMEOUT = "timeout"
 INTERRUPTED = "interrupted"
 NOT_SUBMITTED = "not_submitted"
+QUEUE_UNAVAILABLE = "queue_unavailable"
+QUEUE_FAILED = "queue_failed"
+QUEUE_TIMEOUT = "queue_timeout"
 # Timeouts of a wait
 WAIT_TIMEOUT = "wait_timeout"
 # What a broadcast or a file wait names does not exist (or cannot be looked at)
@@ -206,6 +213,9 @@ CODES = {
     WOULD_BE_HELD: REFUSAL,
     CANNOT_VERIFY: REFUSAL,
     NOT_FOREGROUND: REFUSAL,
+    THREAD_NOT_LOADED: REFUSAL,
+    EXEC_THREAD: REFUSAL,
+    THREAD_ERROR: REFUSAL,
     WAITING_ON_HUMAN: REFUSAL,
     TOO_LARGE: REFUSAL,
     DUPLICATE: REFUSAL,
@@ -253,6 +263,9 @@ CODES = {
     REQUEST_TIMEOUT: FAILURE,
     INTERRUPTED: FAILURE,
     NOT_SUBMITTED: FAILURE,
+    QUEUE_UNAVAILABLE: FAILURE,
+    QUEUE_FAILED: FAILURE,
+    QUEUE_TIMEOUT: FAILURE,
     WAIT_TIMEOUT: TIMEOUT,
     NO_MATCH: TARGET,
     NO_SUCH_DIRECTORY: TARGET,
@@ -267,7 +280,7 @@ CODES = {
 
 # Failures after the request left: the host may have acted on it, so the message's fate is unknown and it is
 # never retried blindly.
-INDETERMINATE = frozenset([CONNECTION_LOST, REQUEST_TIMEOUT, PASTE_UNCERTAIN, INTERRUPTED])
+INDETERMINATE = frozenset([CONNECTION_LOST, REQUEST_TIMEOUT, PASTE_UNCERTAIN, INTERRUPTED, QUEUE_TIMEOUT])
 
 # Claude Code's drop reasons (hyphenated on the wire) as drover's codes.
 DROP_REASONS = {
