@@ -395,10 +395,14 @@ class CodexLab:
         keep = {k: v for k, v in os.environ.items() if not k.startswith(("CODEX_", "OPENAI_", "TMUX"))}
         return dict(keep, HOME=str(self.home), CODEX_HOME=str(self.codex_home), OPENAI_API_KEY="sk-dummy")
 
-    def pane_env(self) -> str:
-        """`env` arguments for a pane: tmux's environment (TERM, TMUX, TMUX_PANE, as a user's pane has) and ours."""
+    def pane_env(self, path: str | None = None) -> str:
+        """`env` arguments for a pane: tmux's environment (TERM, TMUX, TMUX_PANE, as a user's pane has) and ours.
+
+        `path`: the pane's PATH (where a person's shell would find `codex`), else the test's."""
         unset = [k for k in os.environ if k.startswith(("CODEX_", "OPENAI_"))] + ["CODEX_HOME", "OPENAI_BASE_URL"]
         sets = {"HOME": str(self.home), "CODEX_HOME": str(self.codex_home), "OPENAI_API_KEY": "sk-dummy"}
+        if path is not None:
+            sets["PATH"] = path
         return " ".join([*(f"-u {k}" for k in sorted(set(unset))), *(f"{k}={shlex.quote(v)}" for k, v in sets.items())])
 
     def set_control(self, **values: Any) -> None:
@@ -468,8 +472,9 @@ class CodexLab:
         wait: bool = True,
         approval: str = "on-request",
         sandbox: str = "workspace-write",
+        path: str | None = None,
     ) -> CodexSession:
-        """A Codex TUI in a new tmux session (160x40) in a fresh folder; trusted unless trust=False."""
+        """A Codex TUI in a new tmux session (160x40) in a fresh folder; trusted unless trust=False; `path`: its PATH."""
         cwd = self.root / name
         cwd.mkdir()
         if git:
@@ -478,7 +483,7 @@ class CodexLab:
         self.write_config(trusted, approval=approval, sandbox=sandbox)
         assert self.fake is not None
         ns = " ".join(_ns_prefix(self.fake.pid))
-        command = f"exec {ns} env {self.pane_env()} {shlex.quote(str(self.binary))} {flags}"
+        command = f"exec {ns} env {self.pane_env(path)} {shlex.quote(str(self.binary))} {flags}"
         size = ["-x", str(WIDTH), "-y", str(HEIGHT)]
         new = ["new-session", "-d", "-P", "-F", "#{pane_id}", "-s", name, *size, "-c", str(cwd), command]
         proc = subprocess.run(["tmux", "-S", str(self.socket), *new], capture_output=True, text=True, timeout=10)

@@ -125,7 +125,8 @@ def ago(ts: float | int | None) -> str:
 def sessions_table(data: dict[str, Any]) -> None:
     rows = data.get("sessions", [])
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("HOST", "ID", "NAME", "ENGINE", "STATE", "ACTIVE", "CWD", "LANES"):
+    threads = any(s.get("thread") for s in rows)  # a Codex thread id is a target of its own: shown whole
+    for col in ("HOST", "ID", "NAME", "ENGINE", "STATE", "ACTIVE", "CWD", "LANES") + (("THREAD",) if threads else ()):
         table.add_column(col, overflow="fold" if col == "CWD" else "ellipsis", no_wrap=col != "CWD")
     for s in rows:
         state = s.get("state", "-")
@@ -144,6 +145,7 @@ def sessions_table(data: dict[str, Any]) -> None:
             ago(s.get("since")),
             s.get("cwd", ""),
             ",".join(s.get("lanes", [])),
+            *((s.get("thread") or "-",) if threads else ()),
         )
     if rows:
         out.print(table)
@@ -151,6 +153,11 @@ def sessions_table(data: dict[str, Any]) -> None:
         out.print("no sessions (start an agent in tmux, or try `drover demo`)", style="dim")
     for w in data.get("warnings", []):
         err.print(Text(f"warning: {w['host']}: {w['message']}"), style="yellow")
+
+
+def _thread(s: dict[str, Any]) -> str:
+    """A Codex session's thread: its id (a target of its own) and what its app-server says of it."""
+    return f"{s['thread']} ({' '.join([s.get('thread_status') or '?', *(s.get('thread_flags') or [])])})"
 
 
 def status(data: dict[str, Any]) -> None:
@@ -162,6 +169,7 @@ def status(data: dict[str, Any]) -> None:
         ("why", s.get("reason")),
         ("pane", f"{s.get('target')} on tmux server {s.get('server')}" if s.get("target") else "none"),
         ("lanes", ", ".join(s.get("lanes") or []) or "none"),
+        *([("thread", _thread(s))] if s.get("thread") else []),
         ("command", f"{s.get('command')} (pid {s.get('pid')})"),
         ("cwd", s.get("cwd")),
         ("active", ago(s.get("since"))),

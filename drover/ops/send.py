@@ -31,7 +31,9 @@ class MessageRequest(Request):
     id: str = Field(..., description="pane id (%3), session:window.pane, or a unique name or prefix")
     text: str = Field(..., description="the message; wrapped in the cross-session envelope for agent engines")
     actor: str | None = Field(None, description="who is sending (default: $DROVER_ACTOR, else user@host)")
-    via: Literal["auto", "inbox", "tmux"] = Field("auto", description="the lane: auto picks the best one the session has")
+    via: Literal["auto", "inbox", "queue", "tmux"] = Field(
+        "auto", description="the lane: auto picks the best one the session has (inbox: Claude; queue: a Codex thread)"
+    )
     expect_engine: str | None = Field(None, description="refuse unless the pane runs this engine")
     as_owner: bool = Field(
         False, description="relay the owner's own words: declare the target's permission class (needs owner_relay)"

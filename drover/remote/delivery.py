@@ -4,7 +4,7 @@ and what the text looks like when it leaves (neutralised, and enveloped for agen
 
 from typing import Any, Dict, Tuple
 
-from . import claude, inbox, tmux_lane, verify
+from . import claude, codex_queue, inbox, tmux_lane, verify
 from . import protocol as P
 from .discovery import Profiles, Session, brief, find, pane_of, public
 from .protocol import HelperError
@@ -33,8 +33,8 @@ def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         raise HelperError(P.EMPTY_TEXT, "the message text is empty")
     session = find(args, profiles, [])
     lane = args.get("lane") or "auto"
-    if lane not in ("auto", "inbox", "tmux"):
-        raise HelperError(P.BAD_LANE, "unknown lane %r: auto, inbox or tmux" % lane)
+    if lane not in ("auto", "inbox", "tmux", "queue"):
+        raise HelperError(P.BAD_LANE, "unknown lane %r: auto, inbox, queue or tmux" % lane)
     expect = args.get("expect_engine")
     if expect and expect != session["engine"]:
         detail = "the session runs %s, not %s" % (session["engine"], expect)
@@ -59,6 +59,20 @@ def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
             fallback["detail"] = "no inbox socket, so by guarded paste: " + fallback["detail"]
             return verified(session, fallback, args)
         return verified(session, outcome, args)
+    if lane == "queue" or (lane == "auto" and "queue" in session["lanes"]):
+        if "queue" not in session["lanes"]:
+            why = "drover knows no Codex thread for it (only Codex sessions whose app-server names their thread have one)"
+            raise HelperError(P.BAD_LANE, "%s has no queue: %s; use --via tmux" % (brief(session), why))
+        # The thread's refusals stand on `auto` too: a thread that would never run the message gets no paste instead.
+        payload = envelope(body, actor, mode, session=args.get("msg_id") or "")
+        outcome = codex_queue.deliver(session, payload, args)
+        if outcome.get("outcome") in (P.DELIVERED, P.QUEUED):
+            outcome.update(enveloped=True, declared_mode=mode)
+        if lane == "auto" and outcome.get("code") == P.QUEUE_UNAVAILABLE and pane is not None:
+            fallback = _paste(session, pane, body, actor, mode, args, profiles)
+            fallback["detail"] = "no `codex queue` here (%s), so by guarded paste: %s" % (outcome["detail"], fallback["detail"])
+            return verified(session, fallback, args)
+        return verified(session, outcome, args)
     if pane is None:
         raise HelperError(P.BAD_LANE, "%s has no tmux pane to paste into" % brief(session))
     return verified(session, _paste(session, pane, body, actor, mode, args, profiles), args)
@@ -74,7 +88,9 @@ def verified(session: Session, outcome: Dict[str, Any], args: Dict[str, Any]) ->
         if not seen["found"]:
             seen = dict(seen, how="queued behind a turn: it reaches the record when the turn allows (drover verify)")
     else:
-        seen = verify.wait_found(session, args, lane, float(args.get("verify_wait_s", 3.0)))
+        # `codex queue` exits once the daemon took the message; the turn that shows it starts a moment later.
+        wait = float(args.get("verify_wait_s", 3.0)) + (7.0 if lane == "queue" else 0.0)
+        seen = verify.wait_found(session, args, lane, wait)
     outcome["verified"] = bool(seen["found"])
     outcome["verification"] = seen["how"]
     return outcome

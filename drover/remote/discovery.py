@@ -46,6 +46,10 @@ def discover(profiles: Profiles, warnings: List[str]) -> List[Session]:
     panes = tmux.list_panes(warnings)
     table = procs.proc_table() if panes else procs.ProcTable()
     pane_sessions = [_session_from_pane(p, table, profiles) for p in panes]
+    if any(s["engine"] == "codex" for s in pane_sessions):
+        from . import codex
+
+        codex.attach(pane_sessions, warnings)  # each Codex pane's thread, from its CODEX_HOME's app-server
     records, _stale = claude.records(warnings)
     by_pid = {s["engine_pid"]: s for s in pane_sessions if s["engine"] == "claude"}
     sessions, used = [], set()
@@ -59,11 +63,15 @@ def discover(profiles: Profiles, warnings: List[str]) -> List[Session]:
 
 def pane_of(session: Session) -> Any:
     """The tmux pane a session lives in (itself, for a pane session), or None."""
-    return session.get("_pane") if "_record" in session else session
+    return session.get("_pane") if "_record" in session or "_paneless" in session else session
 
 
 def with_state(session: Session, profiles: Profiles) -> Session:
     """The session's state with its evidence. Claude's own record is authoritative; the screen is evidence."""
+    if "_paneless" in session:  # a Codex thread no pane runs: its app-server's word is all there is
+        from . import codex
+
+        return codex.state(session)
     pane = session.get("_pane")
     if session["engine"] == "claude" and "_record" in session:
         if pane is not None and not pane["dead"]:
@@ -135,9 +143,17 @@ def resolve(target: str, sessions: List[Session]) -> Session:
 
 def find(args: Dict[str, Any], profiles: Profiles, warnings: List[str]) -> Session:
     """The session args["target"] names; when there is none, the host's warnings (no tmux, ...) say why."""
+    sessions: List[Session] = []
     try:
-        return resolve(args.get("target", ""), discover(profiles, warnings))
+        sessions = discover(profiles, warnings)
+        return resolve(args.get("target", ""), sessions)
     except HelperError as exc:
+        if exc.code == SESSION_NOT_FOUND:
+            from . import codex
+
+            thread = codex.dormant(args.get("target", ""), sessions)  # a Codex thread id that no pane runs
+            if thread is not None:
+                return thread
         if exc.code == SESSION_NOT_FOUND and warnings:
             exc.message += "; note: " + "; ".join(warnings)
         raise
@@ -147,13 +163,15 @@ def identity(session: Session) -> str:
     """What a session is, however it was named: a Claude session's id, else its tmux server and pane."""
     if "_record" in session:
         return "claude:%s" % session["id"]
+    if "_paneless" in session:
+        return "codex:%s" % session["id"]
     # With the pane's process: a new tmux server reuses `%0`, and a message is never redirected to the newcomer.
     return "tmux:%s/%s@%s" % (session["server"], session["id"], session.get("pid"))
 
 
 def pin(session: Session) -> str:
     """A name that resolves to exactly this session and nothing else (for the request that delivers)."""
-    return session["id"] if "_record" in session else "%s/%s" % (session["server"], session["id"])
+    return session["id"] if "_record" in session or "_paneless" in session else "%s/%s" % (session["server"], session["id"])
 
 
 def public(session: Session) -> Session:

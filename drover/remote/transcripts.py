@@ -113,6 +113,16 @@ def transcript_for(session: Optional[Session], target: str) -> Tuple[str, str]:
         if hits:
             return max(hits, key=os.path.getmtime), "claude"
         raise HelperError(P.NO_TRANSCRIPT, "Claude session %s has no transcript yet" % sid)
+    if session is not None and session.get("thread"):
+        # A Codex pane (or a thread no pane runs): its thread's rollout, under the CODEX_HOME its TUI runs with.
+        from . import codex
+
+        found = codex.records(session)
+        if found:
+            return found[-1], "codex"
+        raise HelperError(
+            P.NO_TRANSCRIPT, "Codex thread %s has no rollout yet (Codex writes it at the first message)" % session["thread"]
+        )
     if re.match(r"^[A-Za-z0-9-]{6,}$", target):
         pattern = os.path.join(codex_home(), "sessions", "**", "rollout-*%s*.jsonl" % glob.escape(target))
         hits = glob.glob(pattern, recursive=True)

@@ -9,7 +9,6 @@
 Also whether the text sits unsent in the pane's input box, which a retry must know before it sends again.
 """
 
-import glob
 import json
 import os
 import time
@@ -20,7 +19,6 @@ from .discovery import Profiles, Session, pane_of
 from .protocol import HelperError
 from .screen import classify
 from .tmux import capture
-from .transcripts import codex_home
 
 # Transcripts can be large: scan at most this much of each file's end (messages being verified are recent).
 TAIL_BYTES = 8 << 20
@@ -73,7 +71,9 @@ def records_of(session: Session) -> Optional[List[str]]:
     if engine == "claude" and "_record" in session:
         return claude.transcripts(session["_record"]["sessionId"])
     if engine == "codex":
-        return glob.glob(os.path.join(codex_home(), "sessions", "**", "rollout-*.jsonl"), recursive=True)
+        from . import codex
+
+        return codex.records(session)  # its thread's rollout, in the CODEX_HOME its TUI runs with
     if engine == "demo":
         argv = procs.argv_of(int(session.get("engine_pid") or 0)) or []
         if "--log" in argv and argv.index("--log") + 1 < len(argv):
