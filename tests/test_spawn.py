@@ -155,6 +155,21 @@ def test_bad_input_is_one_line_with_its_exit_code_and_starts_nothing(tmux: Any, 
     assert codes == ["cwd_not_found", "cwd_not_found", "cwd_not_found", "name_taken"]  # the others never got that far
 
 
+def test_without_a_name_it_is_named_after_its_directory_and_engine(tmux: Any, isolated: Path, cli: Any) -> None:
+    import re
+
+    fleet = isolated / "fleet.toml"
+    fleet_with(fleet, {"demo": f'command = "{demo_template(isolated)}"'})
+    cwd = isolated / "my project.v2"
+    cwd.mkdir()
+    res = cli("--fleet", str(fleet), "spawn", "local", "--engine", "demo", "--cwd", str(cwd), "--brief", "hello", "--json")
+    assert res.code == 0, res.err
+    name = res.json()["data"]["name"]
+    assert re.fullmatch(r"my-project-v2-demo-[0-9a-f]{4}", name), name
+    assert [s["name"] for s in cli("ls", "--json").json()["data"]["sessions"]] == [name]
+    assert [r["name"] for r in cli("--fleet", str(fleet), "spawns", "--json").json()["data"]["spawns"]] == [name]
+
+
 def test_a_template_with_an_unknown_placeholder_is_an_invalid_fleet(isolated: Path, cli: Any) -> None:
     fleet = isolated / "fleet.toml"
     fleet_with(fleet, {"demo": 'command = "agent --model {model}"'})

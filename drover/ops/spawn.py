@@ -10,6 +10,7 @@ reported as waiting and gets no brief; a person answers it, and `drover send` ca
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import uuid
@@ -47,6 +48,12 @@ class SpawnsRequest(Request):
     host: str | None = Field(None, description="only sessions spawned on this host")
     parent: str | None = Field(None, description="only those dispatched by this actor, or for this message id (or prefix)")
     limit: int = Field(50, ge=1, le=10000, description="the newest N")
+
+
+def default_name(cwd: str, engine: str) -> str:
+    """DIR-ENGINE-xxxx, in the characters a name may hold."""
+    base = re.sub(r"[^A-Za-z0-9_-]", "-", os.path.basename(cwd.rstrip("/")) or "root")[:40].lstrip("-_") or "s"
+    return re.sub(r"[^A-Za-z0-9_-]", "-", f"{base}-{engine}")[:59] + "-" + uuid.uuid4().hex[:4]
 
 
 def template_for(ctx: Context, engine: str) -> SpawnEngine:
@@ -107,6 +114,8 @@ async def spawn_session(
         )
     if not cwd.strip():
         raise InvalidRequest("the directory is empty", hint="--cwd /path or ~/path on the host")
+    # Named here, not on the host, so that even a spawn whose outcome is never recorded names its tmux session.
+    name = name or default_name(cwd, engine)
     cfg = ctx.fleet.host(host)
     spec = template_for(ctx, engine)
     spawn_id = "spawn_" + uuid.uuid4().hex[:20]
