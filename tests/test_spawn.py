@@ -124,6 +124,20 @@ def test_an_unreachable_host_is_a_failure_and_is_recorded(sshfleet: SSHFleet, is
     assert [(r["host"], r["state"], r["code"]) for r in rows] == [("closed", "failed", "connection_refused")]
 
 
+def test_a_host_without_tmux_says_so(sshfleet: SSHFleet, isolated: Path, cli: Any) -> None:
+    known = isolated / "bare_known_hosts"
+    key = sshfleet.host_key_line.split()
+    known.write_text(f"[{sshfleet.bare}]:{sshfleet.port} {key[0]} {key[1]}\n")
+    bare = (
+        f'[hosts.bare]\nssh = "{sshfleet.bare}"\nport = {sshfleet.port}\nuser = "{sshfleet.user}"\n'
+        f'identity = "{sshfleet.client_key}"\nknown_hosts = "{known}"\npython = "{sys.executable}"\n'
+    )
+    fleet_with(fleet_file(sshfleet), {}, sshfleet.fleet_toml(bare))
+    res = cli("spawn", "bare", "--engine", "codex", "--cwd", "/tmp", "--brief", "hello")
+    assert res.code == 5
+    assert "tmux is not installed on this host" in one_line_error(res)
+
+
 # -- hostile input, locally -----------------------------------------------------------------------------------------
 
 
@@ -168,6 +182,20 @@ def test_without_a_name_it_is_named_after_its_directory_and_engine(tmux: Any, is
     assert re.fullmatch(r"my-project-v2-demo-[0-9a-f]{4}", name), name
     assert [s["name"] for s in cli("ls", "--json").json()["data"]["sessions"]] == [name]
     assert [r["name"] for r in cli("--fleet", str(fleet), "spawns", "--json").json()["data"]["spawns"]] == [name]
+
+
+def test_a_brief_the_limits_refuse_leaves_the_session_ready_and_says_so(tmux: Any, isolated: Path, cli: Any) -> None:
+    fleet = isolated / "fleet.toml"
+    fleet_with(fleet, {"demo": f'command = "{demo_template(isolated)}"'}, "[limits]\nmax_chars = 200\n")
+    res = cli("--fleet", str(fleet), "spawn", "local", "--engine", "demo", "--cwd", str(isolated), "--name", "big",
+              "--brief", "x" * 300, "--json")  # fmt: skip
+    assert res.code == 4, res.err
+    doc = res.json()
+    assert doc["data"]["state"] == "ready" and doc["data"]["brief"]["code"] == "too_large"
+    assert doc["errors"][0]["code"] == "too_large" and "is ready but its brief was refused" in doc["errors"][0]["message"]
+    assert events(isolated / "big.jsonl") and not [e for e in events(isolated / "big.jsonl") if e["type"] == "message"]
+    rows = cli("--fleet", str(fleet), "spawns", "--json").json()["data"]["spawns"]
+    assert [(r["state"], r["brief_outcome"]) for r in rows] == [("ready", "refused")]
 
 
 def test_a_template_with_an_unknown_placeholder_is_an_invalid_fleet(isolated: Path, cli: Any) -> None:
