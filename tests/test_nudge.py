@@ -229,7 +229,11 @@ def test_run_sends_what_is_due_once_then_nothing(tmux: Tmux, isolated: Path, mon
     assert [(e["entry"], e["sent"], e["msg"]) for e in done] == [("local:sched", True, message["id"])]
 
 
-def test_nothing_configured_is_nothing_to_do(isolated: Path, cli: Any) -> None:
+def test_no_entries_is_nothing_to_do_but_no_fleet_file_is_an_error(isolated: Path, monkeypatch: Any, cli: Any) -> None:
+    lost = cli("nudge", "run")  # a crontab without DROVER_FLEET, say: loud, never an empty run every minute
+    assert lost.code == 7 and "no fleet file at" in lost.err and "DROVER_FLEET" in lost.err, lost.err
+    assert lost.err.count("\n") == 1
+    write_fleet(isolated, monkeypatch, '[hosts.box-a]\nssh = "box-a.example"\n')
     res = cli("nudge", "run")
     assert (res.code, res.out, res.err) == (0, "", "")
     dry = cli("nudge", "run", "--dry-run")
@@ -366,6 +370,20 @@ def test_an_entry_named_by_name_keeps_its_schedule_when_its_text_changes(
 # -- cron ---------------------------------------------------------------------------------------------------------
 
 
+def cron_tick(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """/bin/sh -c, no TTY (a new session), no stdin, only `env`: the way cron runs `drover nudge run`."""
+    return subprocess.run(
+        ["/bin/sh", "-c", "drover nudge run"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        start_new_session=True,
+        cwd=env["HOME"],
+    )
+
+
 def test_a_crontab_run_in_crons_minimal_environment(tmux: Tmux, isolated: Path, monkeypatch: Any) -> None:
     pane = tmux.agent("cron-agent")
     fleet = write_fleet(isolated, monkeypatch, entry("local:cron-agent", "cron says hi", every="15m"))
@@ -386,24 +404,11 @@ def test_a_crontab_run_in_crons_minimal_environment(tmux: Tmux, isolated: Path, 
         "TMUX_TMPDIR": os.environ["TMUX_TMPDIR"],
     }
 
-    def cron_tick() -> subprocess.CompletedProcess[str]:
-        # /bin/sh -c, no TTY (a new session), no stdin: the way cron runs `drover nudge run`.
-        return subprocess.run(
-            ["/bin/sh", "-c", "drover nudge run"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            start_new_session=True,
-            cwd=str(cron_home),
-        )
-
-    first = cron_tick()
+    first = cron_tick(env)
     assert first.returncode == 0, first.stderr
     assert "delivered" in first.stdout and first.stderr == ""
     wait_for(pane.messages, what="the cron nudge")
-    second = cron_tick()
+    second = cron_tick(env)
     assert (second.returncode, second.stdout, second.stderr) == (0, "", "")
     assert len(pane.messages()) == 1 and "cron says hi" in pane.messages()[0]
     accepted = records(isolated, "accepted")
@@ -489,3 +494,33 @@ def test_last_sends_are_read_from_the_record_back_to_the_horizon(isolated: Path)
         "never": (True, "not"),
     }
     assert warnings and warnings[0]["count"] == 1  # the torn-looking line; [1,2] has no "ts" and is passed over
+
+
+def test_a_crontab_run_reaches_ssh_hosts_with_an_identity_file_and_names_the_one_without(
+    sshfleet: Any, isolated: Path, monkeypatch: Any
+) -> None:
+    worker = remote_agent(sshfleet, "h2", "worker", isolated)
+    cron_home = isolated / "cron-ssh-home"
+    (cron_home / ".ssh").mkdir(parents=True)
+    (cron_home / ".ssh" / "known_hosts").write_text(sshfleet.known_hosts.read_text())  # no key, no agent, no config
+    where = f'port = {sshfleet.port}\nuser = "{sshfleet.user}"\n'
+    hosts = (
+        f'[hosts.keyed]\nssh = "{sshfleet.addr("h2")}"\n{where}identity = "{sshfleet.client_key}"\n\n'
+        f'[hosts.keyless]\nssh = "{sshfleet.addr("h3")}"\n{where}\n'
+    )
+    fleet = write_fleet(isolated, monkeypatch, hosts + entry("keyed:worker", "over ssh from cron") + entry("keyless:x", "hi"))
+    console = Path(sys.executable).parent / "drover"
+    env = {
+        "HOME": str(cron_home),
+        "LOGNAME": os.environ.get("LOGNAME", "root"),
+        "PATH": f"{console.parent}:/usr/bin:/bin",
+        "SHELL": "/bin/sh",
+        "DROVER_FLEET": str(fleet),
+        "DROVER_HOME": os.environ["DROVER_HOME"],
+    }
+    res = cron_tick(env)
+    assert res.returncode == 8, res.stderr  # one entry went, one host could not be reached: cron mails this
+    assert "nudge keyed:worker: delivered" in res.stdout
+    assert "nudge keyless:x: failed" in res.stderr and "auth" in res.stderr, res.stderr
+    wait_for(worker.messages, what="the nudge on h2")
+    assert len(worker.messages()) == 1 and "over ssh from cron" in worker.messages()[0]

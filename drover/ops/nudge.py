@@ -43,8 +43,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from drover import targets
-from drover.errors import OUTCOME_EXIT, DroverError, EmptyText, ExitCode, InvalidRequest, TargetError
-from drover.fleet import LOCAL, NudgeEntry, duration_s, quiet_minutes
+from drover.errors import OUTCOME_EXIT, ConfigError, DroverError, EmptyText, ExitCode, InvalidRequest, TargetError
+from drover.fleet import LOCAL, NudgeEntry, duration_s, find_path, quiet_minutes
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.send import MessageRequest, sessions_message
 from drover.ops.sessions import call_host
@@ -419,7 +419,14 @@ async def run_lock(ctx: Context, wait_s: float) -> AsyncIterator[tuple[bool, str
 @op("nudge.run", RunRequest, "send the fleet's [[nudge]] entries that are due, through the nudge's refusals", "drover nudge run")
 async def nudge_run(ctx: Context, req: RunRequest) -> Result:
     fleet = ctx.fleet
-    where = str(ctx.fleet_file) if ctx.fleet_file else "the built-in fleet (no fleet file)"
+    if ctx.fleet_file is None:
+        # Loud, not an empty run: a crontab without DROVER_FLEET would otherwise do nothing, silently, every minute.
+        raise ConfigError(
+            f"no fleet file at {find_path()[0]}, so there are no [[nudge]] entries to run",
+            hint="under cron, set DROVER_FLEET=/path/to/fleet.toml in the crontab (cron gives a job only HOME, LOGNAME, "
+            "PATH and SHELL)",
+        )
+    where = str(ctx.fleet_file)
     entries = list(fleet.nudge)
     if req.entries:
         known = {e.key for e in entries}
