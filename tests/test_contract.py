@@ -45,6 +45,8 @@ OPS = {
     "sessions.list": ["hosts", "tags", "engine", "state"],
     "sessions.message": ["host", "id", "text", "actor", "via", "expect_engine", "as_owner", "raw"],
     "sessions.read": ["host", "id", "last", "roles", "grep", "since", "raw"],
+    "sessions.spawn": ["host", "engine", "cwd", "name", "brief", "actor", "parent_msg"],
+    "sessions.spawns": ["host", "parent", "limit"],
     "sessions.status": ["host", "id", "tail"],
     "sessions.wait": ["host", "id", "until", "timeout_s"],
 }
