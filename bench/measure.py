@@ -18,9 +18,10 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -71,7 +72,12 @@ GNU_TIME = "/usr/bin/time"
 
 
 def run(
-    cmd: Sequence[str], env: dict[str, str], stdin: bytes | None = None, timeout: float = 180, cwd: str | None = None
+    cmd: Sequence[str],
+    env: dict[str, str],
+    stdin: bytes | None = None,
+    timeout: float = 180,
+    cwd: str | None = None,
+    watch: Callable[[int], Any] | None = None,
 ) -> Sample:
     """One run of cmd; killed (with its process group) after `timeout` seconds, which counts as a failure.
     With PEAK set, run under GNU time and rss_kib is its %M (the rest of the sample is not worth comparing)."""
@@ -90,6 +96,8 @@ def run(
         )
         killer = threading.Timer(timeout, lambda: _kill(proc.pid))
         killer.start()
+        if watch is not None:
+            threading.Thread(target=watch, args=(proc.pid,), daemon=True).start()
         try:
             if stdin is not None and proc.stdin is not None:
                 try:
@@ -123,3 +131,21 @@ def _kill(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except OSError:
         pass
+
+
+class FdWatch:
+    """The most descriptors a process held open at once, sampled from /proc/PID/fd every 10 ms until it exits."""
+
+    def __init__(self) -> None:
+        self.max_fds = 0
+
+    def __call__(self, pid: int) -> None:
+        while True:
+            try:
+                fds = len(os.listdir(f"/proc/{pid}/fd"))
+                if "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text():
+                    return
+            except OSError:
+                return
+            self.max_fds = max(self.max_fds, fds)
+            time.sleep(0.01)

@@ -24,9 +24,11 @@ import argparse
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -145,17 +147,17 @@ class Bench:
         self.fleet.stop()
 
     # -- measuring -----------------------------------------------------------------------------------------------
-    def rounds(self, tools: dict[str, Callable[[int], Sample]]) -> dict[str, Series]:
+    def rounds(self, tools: dict[str, Callable[[int], Sample]], repeat: int | None = None, peak: bool = True) -> dict[str, Series]:
         """R rounds; in each, every tool once, the order alternating so that neither always goes first."""
         series = {name: Series(name) for name in tools}
         names = list(tools)
-        for i in range(self.args.repeat):
+        for i in range(repeat or self.args.repeat):
             for name in names if i % 2 == 0 else names[::-1]:
                 sample = tools[name](i)
                 if sample.code != 0:
                     print(f"  ! {name} exited {sample.code}: {(sample.err or sample.out).strip()[-300:]}", file=sys.stderr)
                 series[name].samples.append(sample)
-        if Path(measure.GNU_TIME).exists():  # one more round, each under GNU time, for the peak memory
+        if peak and Path(measure.GNU_TIME).exists():  # one more round, each under GNU time, for the peak memory
             measure.PEAK = True
             try:
                 for name in names:
@@ -287,16 +289,22 @@ class Bench:
         from drover.transport.ssh import read_answer
 
         request = json.dumps({"helper": P.PROTOCOL, "op": "list", "args": {"state": True}, "profiles": {}}).encode() + b"\n"
-        stdin = bundle.preamble() + request
+        stdin = bundle.preamble() + request * 4  # one helper, four requests: the first imports, the rest are warm
 
-        def took(i: int) -> Sample:
-            sample = run([*self.ssh, *self.cm, "h1", bundle.command("python3")], self.env, stdin=stdin)
-            answer, _noise = read_answer(sample.out.encode())
-            # The helper's own clock, as a Sample (wall = took_ms) so it prints like the rest.
-            return Sample((answer or {}).get("took_ms", float("nan")) / 1000, 0, 0, 0 if answer else 1, "", sample.err)
+        def took(first: bool) -> Callable[[int], Sample]:
+            def go(i: int) -> Sample:
+                sample = run([*self.ssh, *self.cm, "h1", bundle.command("python3")], self.env, stdin=stdin)
+                took = [float(ms) for ms in re.findall(r'"took_ms": ?([0-9.]+)', sample.out)]
+                ok = len(took) == 4 and read_answer(sample.out.encode())[0] is not None
+                ms = (took[0] if first else statistics.median(took[1:])) if ok else float("nan")
+                # The helper's own clock, as a Sample (wall = took_ms) so it prints like the rest.
+                return Sample(ms / 1000, 0, 0, 0 if ok else 1, "", sample.err)
 
-        print("discovery on h1 (the helper's took_ms for `list` with state; 1 agent, 1 peer pane)")
-        before = self.rounds({"took_ms, no stale socket": took})["took_ms, no stale socket"]
+            return go
+
+        print("discovery on h1: the helper's took_ms for `list` with state (1 agent, 1 peer pane), first and warm")
+        tools = {"took_ms, a fresh helper": took(True), "took_ms, a live helper": took(False)}
+        before = self.rounds(tools, peak=False)
         socks = []
         for host in self.fleet.names:
             sockdir = self.fleet.host_home(host) / "t" / f"tmux-{os.getuid()}"
@@ -307,7 +315,8 @@ class Bench:
                 sock.bind(str(path))
                 sock.close()  # the file stays: what a crashed tmux server leaves
                 socks.append(path)
-        after = self.rounds({f"took_ms, {self.args.stale} stale sockets": took})[f"took_ms, {self.args.stale} stale sockets"]
+        print(f"the same with {self.args.stale} stale sockets in the tmux directory")
+        after = self.rounds(tools, peak=False)
         self.took = (before, after)
         n = self.args.hosts
         print(f"ls over {n} hosts, cold, {self.args.stale} stale sockets on every host")
@@ -315,6 +324,50 @@ class Bench:
         self.stale_ls = ls[f"drover ls, {self.args.stale} stale"]
         for path in socks:
             path.unlink()
+
+    def scale(self) -> None:
+        """`drover ls` over --scale host entries mapped onto the fleet's addresses, next to parallel-ssh -p 64."""
+        n, f = self.args.scale, self.fleet
+        if not n:
+            return
+        addrs = [f.addr(h) for h in f.names]
+        lines = ["[defaults]", "connect_timeout = 10.0", "request_timeout = 60.0", ""]
+        entries = []
+        for i in range(n):
+            addr = addrs[i % len(addrs)]
+            lines += [f"[hosts.s{i:03d}]", f'ssh = "{addr}"', f"port = {f.port}", f'user = "{f.user}"']
+            lines += [f'identity = "{f.client_key}"', 'tags = ["scale"]']
+            entries.append(f"{f.user}@{addr}:{f.port}")
+        (self.root / "scale.toml").write_text("\n".join(lines) + "\n")
+        (self.root / "scale-hosts.txt").write_text("\n".join(entries) + "\n")
+        env = {**self.env, "DROVER_FLEET": str(self.root / "scale.toml")}
+        work = "python3 -I -c pass; tmux list-panes -a"
+        opts = " ".join(shlex.quote(o) for o in [*self.ssh[1:], "-i", str(f.client_key)])
+        fds: dict[str, int] = {}
+
+        def watched(name: str, cmd: list[str]) -> Callable[[int], Sample]:
+            def go(i: int) -> Sample:
+                watch = measure.FdWatch()
+                sample = run(cmd, env, cwd=str(ROOT), watch=watch)
+                fds[name] = max(fds.get(name, 0), watch.max_fds)
+                return sample
+
+            return go
+
+        ls, peer = f"drover ls ({n} entries, concurrency 64)", "parallel-ssh -p 64"
+        pssh = ["parallel-ssh", "-p", "64", "-t", "120", "-h", str(self.root / "scale-hosts.txt"), "-x", opts, work]
+        tools = {ls: watched(ls, [*DROVER, "ls", "--tag", "scale", "--json"])}
+        if shutil.which("parallel-ssh"):
+            tools[peer] = watched(peer, pssh)
+        print(f"ls over {n} host entries on {len(addrs)} addresses, cold")
+        got = self.rounds(tools, repeat=min(self.args.repeat, 2))
+        answered = [sum(1 for h in json.loads(x.out)["data"]["hosts"] if h["ok"]) for x in got[ls].ok]
+        self.notes.append(
+            f"{n} host entries: drover held at most {fds.get(ls, 0)} descriptors open at once"
+            + (f" (parallel-ssh {fds[peer]})" if peer in fds else "")
+            + f"; hosts answered per run: {answered}"
+        )
+        self.rows.append((f"ls, {n} entries, cold", got[ls], peer, got.get(peer), "(info)"))
 
     def truth_log(self) -> None:
         home = Path(tempfile.mkdtemp(prefix="drover-bench-log-"))
@@ -374,9 +427,11 @@ class Bench:
             print(f"{work:<26} {mine_s:>24}   {peer_name:<28} {peer_s:>24}   {wall_r:>6} {cpu_r:>6}  {target} {verdict}")
         before, after = self.took
         print()
+        fresh, live = "took_ms, a fresh helper", "took_ms, a live helper"
         print(
-            f"discovery on one host (the helper's took_ms for `list` with state): {before.wall * 1000:.1f} ms; "
-            f"with {a.stale} stale tmux sockets: {after.wall * 1000:.1f} ms"
+            "discovery on one host, the helper's took_ms for `list` with state: "
+            f"{before[fresh].wall * 1000:.1f} ms in a fresh helper (its imports included), {before[live].wall * 1000:.1f} ms in "
+            f"a live one; with {a.stale} stale tmux sockets: {after[fresh].wall * 1000:.1f} and {after[live].wall * 1000:.1f} ms"
         )
         print(
             f"drover ls over {a.hosts} hosts with {a.stale} stale sockets on each: {self.stale_ls.wall:.2f} s "
@@ -430,12 +485,13 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=7, help="rounds per comparison (default 7)")
     parser.add_argument("--events", type=int, default=1_000_000, help="events in the truth file for `log` (default 1,000,000)")
     parser.add_argument("--stale", type=int, default=20, help="stale tmux sockets per host for the discovery rows (default 20)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 4 hosts, 2 rounds, 20,000 events")
+    parser.add_argument("--scale", type=int, default=500, help="host entries for the scale row (default 500; 0: none)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 4 hosts, 2 rounds, 20,000 events, 40 entries")
     args = parser.parse_args()
     if args.quick:
-        args.hosts, args.repeat, args.events = 4, 2, 20_000
-    if args.hosts < 2 or args.repeat < 1 or args.events < 2 or args.stale < 0:
-        parser.error("--hosts must be at least 2, --repeat and --stale at least 1 and 0, --events at least 2")
+        args.hosts, args.repeat, args.events, args.scale = 4, 2, 20_000, 40
+    if args.hosts < 2 or args.repeat < 1 or args.events < 2 or args.stale < 0 or args.scale < 0:
+        parser.error("--hosts must be at least 2, --repeat at least 1, --events at least 2, --stale and --scale at least 0")
     if os.geteuid() != 0:
         parser.error("the loopback sshd fleet needs root (it listens on 127.0.0.x and sets each host's environment)")
     load_before = loadavg()
@@ -447,6 +503,7 @@ def main() -> int:
         bench.remote_send()
         bench.fan_out()
         bench.stale()
+        bench.scale()
         bench.truth_log()
         bench.report(load_before)
     finally:
