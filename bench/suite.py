@@ -147,7 +147,9 @@ class Bench:
         self.fleet.stop()
 
     # -- measuring -----------------------------------------------------------------------------------------------
-    def rounds(self, tools: dict[str, Callable[[int], Sample]], repeat: int | None = None, peak: bool = True) -> dict[str, Series]:
+    def rounds(
+        self, tools: dict[str, Callable[[int], Sample]], repeat: int | None = None, peak: bool = True
+    ) -> dict[str, Series]:
         """R rounds; in each, every tool once, the order alternating so that neither always goes first."""
         series = {name: Series(name) for name in tools}
         names = list(tools)
