@@ -172,3 +172,14 @@ def test_a_real_claude_at_a_permission_prompt_is_on_the_board_and_a_broadcast_sk
     assert (by_name["calm-board"]["outcome"], by_name["calm-board"]["lane"]) == ("delivered", "inbox")
     wait_for(lambda: any("standup in 5" in str(m.get("origin", {}).get("body")) for m in calm.peer_messages()), timeout=30)
     assert not any("standup in 5" in str(m.get("origin", {}).get("body")) for m in asker.peer_messages())
+
+
+def test_a_paneless_codex_thread_waiting_on_an_approval_counts_as_waiting() -> None:
+    """A Codex thread no pane runs has only its app-server's word (drover/remote/codex.py); `waitingOn…` flags
+    are that word for a person awaited, and milliseconds are read as such."""
+    from drover.remote.attention import waiting_on_human
+
+    thread = {"_paneless": True, "state": "waiting", "thread_flags": ["waitingOnApproval"], "since": 1_700_000_000_123}
+    assert waiting_on_human(thread, {}) == ("waiting", "Codex is waiting: waitingOnApproval", 1_700_000_000, "codex")
+    busy = {**thread, "state": "busy", "thread_flags": []}
+    assert waiting_on_human(busy, {}) == (None, None, None, None)

@@ -1,9 +1,10 @@
 """Who needs a human: every session on this host with the evidence that it waits on a person, if it does.
 
-A session waits on a human when Claude's own registry says `waiting` (a permission prompt, input needed), when
-its screen's live region shows a dialog (a trust or permission menu, a held message, a password prompt), or when
-its input box holds a person's unsent draft.  `drover broadcast` skips such sessions and `drover board` lists the
-first two kinds; both ask this one op, so they never disagree about who is waiting.
+A session waits on a human when its engine says so -- Claude's registry `waiting` (a permission prompt, input
+needed), a pane-less Codex thread's app-server `waitingOn...` -- when its screen's live region shows a dialog (a
+trust or permission menu, a held message, a password prompt), or when its input box holds a person's unsent
+draft.  `drover broadcast` skips such sessions and `drover board` lists the first two kinds; both ask this one
+op, so they never disagree about who is waiting.
 
 "Since when" is the time the state began where the host knows it: Claude's `statusUpdatedAt` for its own
 `waiting`, the pane's last activity (the moment the dialog or the draft was drawn) for what the screen shows.
@@ -42,6 +43,12 @@ def waiting_on_human(session: Session, profiles: Profiles) -> Tuple[Optional[str
     if "_record" in session and session.get("state") == "waiting":
         reason = "Claude is waiting: %s" % (session.get("waiting_for") or "for its human")
         return WAITING, reason, session.get("since"), "claude"
+    if "_paneless" in session and session.get("state") == "waiting":  # a Codex thread's app-server says so
+        flags = [f for f in session.get("thread_flags") or [] if isinstance(f, str) and f.startswith("waitingOn")]
+        since = session.get("since")
+        if isinstance(since, (int, float)) and since > 1e11:
+            since = int(since / 1000)  # milliseconds
+        return WAITING, "Codex is waiting: %s" % (", ".join(flags) or "for its human"), since, "codex"
     seen = _screen_seen(session, profiles)
     if seen.get("state") == "dialog":
         return DIALOG, str(seen.get("reason") or "dialog on screen"), _pane_since(session), "pane_activity"
