@@ -137,6 +137,8 @@ def test_an_idle_thread_runs_the_queued_message_and_drover_verifies_it_in_the_ro
     listed = next(x for x in cli("ls", "--json").json()["data"]["sessions"] if x["id"] == s.pane)
     assert listed["engine"] == "codex" and listed["thread"] == s.thread_id and listed["thread_status"] == "idle"
     assert listed["lanes"] == ["queue", "tmux"]
+    table = cli("ls").out
+    assert s.thread_id in table, table
     shown = cli("status", f"local:{s.pane}")
     assert f"thread     {s.thread_id} (idle)" in shown.out, shown.out
 
@@ -292,6 +294,30 @@ def test_a_hanging_codex_queue_is_killed_at_its_timeout_and_reported_indetermina
     assert not any(a in ("-c", "--config") or a.startswith("--config") for a in called)
     child = int((tmp_path / "child.pid").read_text())
     wait_for(lambda: _gone(child), 5, "the hung child killed with its process group")
+
+
+@pytest.mark.slow
+def test_over_ssh_the_host_queues_with_the_threads_own_codex_home(
+    lab: CodexLab, sshfleet: Any, cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The helper on h1 (its own HOME, so its own default ~/.codex) finds the pane's thread through the TUI's
+    CODEX_HOME and runs `codex queue` there, with the TUI's PATH."""
+    monkeypatch.setenv("DROVER_ACTOR", "alice")
+    s = start(lab, "q-ssh")
+    link = expose(lab, sshfleet.host_home("h1") / "t")
+    try:
+        rows = cli("ls", "--host", "h1", "--json").json()["data"]["sessions"]
+        row = next(r for r in rows if r["id"] == s.pane)
+        assert (row["host"], row["thread"], row["lanes"][0]) == ("h1", s.thread_id, "queue"), row
+        code, data = send(cli, f"h1:{s.pane}", "over ssh, by codex queue")
+        assert code == 0, data
+        assert (data["outcome"], data["lane"], data["verified"], data["host"]) == ("delivered", "queue", True, "h1"), data
+        assert rollout_turns(s)[-1][0].startswith(ENVELOPE_OPEN.format(id=data["id"]) + "\nover ssh, by codex queue")
+        read = cli("read", f"h1:{s.thread_id}", "--json").json()["data"]
+        assert read["path"] == str(s.rollout_path())
+        s.wait_idle()
+    finally:
+        link.unlink()  # before the fleet's teardown kills every tmux server it can see
 
 
 # -- must show: a thread that is not loaded is refused -----------------------------------------------------------
