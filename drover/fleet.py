@@ -252,6 +252,13 @@ class Fleet(_Strict):
     spawn: dict[str, SpawnEngine] = Field(default_factory=dict)
     nudge: list[NudgeEntry] = Field(default_factory=list)
 
+    @field_validator("nudge", mode="before")
+    @classmethod
+    def _nudge_list(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            raise ValueError("each nudge is an entry of a list: write [[nudge]] (two brackets), not [nudge]")
+        return value
+
     @field_validator("nudge")
     @classmethod
     def _nudge_keys(cls, entries: list[NudgeEntry]) -> list[NudgeEntry]:

@@ -340,6 +340,7 @@ def test_quiet_hours_cross_midnight() -> None:
         (entry("local:x", "hi", create_if_missing="yes"), "fleet.toml:1: nudge.0: create_if_missing needs engine and cwd"),
         (entry("local:x", "hi") + entry("local:z", "x", when="9:00"), "fleet.toml:10: nudge.1.when: unknown key"),
         (entry("box-a:", "hi"), "fleet.toml:2: nudge.0.target: 'box-a:' names a host but no session"),
+        ('[nudge]\ntarget = "local:x"\n', "fleet.toml:1: nudge: each nudge is an entry of a list: write [[nudge]]"),
         (entry("local:x", "  "), "fleet.toml:3: nudge.0.text: is empty"),
     ],
 )
