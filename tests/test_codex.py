@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.codexlab import CodexLab, CodexSession, app_server, ensure_binary, read_screen, wait_for
+from tests.conftest import stays
 
 SCREENS = Path(__file__).resolve().parent / "screens"
 
@@ -275,3 +277,30 @@ def test_a_fresh_session_is_found_through_the_app_server_before_it_has_a_rollout
     s.wait_idle()
     s.submit("then a typed prompt")
     wait_turns(s, [["queued before any prompt"], ["then a typed prompt"]])
+
+
+def test_codex_queue_during_an_approval_dialog_waits_for_the_turn_to_end(lab: CodexLab) -> None:
+    """The dialog is left alone; approved, the turn ends and the queued message runs as its own turn.  Declined
+    with Esc, the turn is interrupted and the message stays queued until the next turn ends (measured on 0.169)."""
+    s = lab.start("queue-dialog")
+    lab.set_control(shell={"command": f"touch {lab.root / 'queue-dialog-ran'}"})
+    s.submit("please touch it")
+    s.wait_screen(r"Press enter to confirm or esc to cancel")
+    lab.set_control()
+    thread = s.find_thread()
+    res = lab.codex("queue", "--thread", thread, "--message", "queued while the dialog asks")
+    assert res.returncode == 0, res.stderr
+    s.keys("Escape")
+    s.wait_screen(r"Conversation interrupted")
+    time.sleep(0.5)
+    s.keys("C-u")  # an interrupted turn may hand its prompt back to the composer
+    s.wait_idle()
+    wait_for(lambda: thread_status(lab, thread)["status"] == {"type": "idle"}, 15, "the thread to go idle")
+    # idle, yet the queued message does not run
+    stays(lambda: "queued while the dialog asks" not in s.user_messages(), 5.0, "the message left in the queue")
+    s.submit("the next prompt")
+    wait_for(lambda: "queued while the dialog asks" in s.user_messages(), 30, "the queued message after the next turn")
+    messages = [m for m in s.user_messages() if not m.startswith("<")]
+    assert messages == ["please touch it", "the next prompt", "queued while the dialog asks"]
+    assert not (lab.root / "queue-dialog-ran").exists()
+    s.wait_idle()
