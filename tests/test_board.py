@@ -78,13 +78,27 @@ def test_board_lists_dialogs_and_claudes_waiting_oldest_first_not_drafts(
 
 
 def test_a_claude_record_with_no_times_is_on_the_board_since_first_seen(tmux: Tmux, isolated: Path, monkeypatch: Any) -> None:
+    """No time the state began is known: the board says when it first saw it, and the next look says the same."""
     claude_record(isolated, tmux, monkeypatch, "timeless", status="waiting")
+    seen_file = isolated / "home" / "board-seen.json"
+    seen_file.parent.mkdir(mode=0o700, exist_ok=True)
+    seen_file.write_text("{not json")  # a damaged memory is no memory, not a crash
     before = time.time()
     doc = drover.run("board", {})
     assert doc.exit_code == 0, doc.errors
     (row,) = doc.data["waiting"]
     assert (row["name"], row["reason"], row["since_source"]) == ("timeless", "Claude is waiting: for its human", "first_seen")
     assert before <= row["since"] <= time.time()
+    assert oct(seen_file.stat().st_mode & 0o777) == "0o600"
+    again = drover.run("board", {}).data["waiting"]
+    assert [(w["name"], w["since"]) for w in again] == [("timeless", row["since"])]
+    # A symlink in its place is never followed (nor written through).
+    target = isolated / "elsewhere.json"
+    target.write_text(json.dumps({"x": 1}))
+    seen_file.unlink()
+    seen_file.symlink_to(target)
+    assert drover.run("board", {}).data["waiting"][0]["since"] >= row["since"]
+    assert json.loads(target.read_text()) == {"x": 1}
 
 
 def test_held_messages_oldest_first_and_only_while_still_held(isolated: Path, cli: Any) -> None:

@@ -7,12 +7,17 @@ on).  `held`: messages drover sent that a receiver holds for its human -- outcom
 since delivered (no host is asked for those).
 
 "Since when" is when the state began where the host knows it: Claude's `statusUpdatedAt`, else the pane's last
-activity (when the dialog was drawn); when neither is known, when drover first saw it (this look: `first_seen`).
+activity (when the dialog was drawn); when neither is known, when a board first saw it (`first_seen`, kept between
+looks in DROVER_HOME/board-seen.json).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 import time
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field
@@ -23,6 +28,7 @@ from drover.ops.sessions import fan_exit, fan_out
 from drover.remote import protocol as P
 
 ON_BOARD = ("waiting", "dialog")  # a draft is a person at work, not a person awaited
+SEEN_FILE = "board-seen.json"
 HELD_SCAN = 100_000  # held messages read from the truth file, newest first (far more than anyone leaves held)
 
 
@@ -32,11 +38,60 @@ class BoardRequest(Request):
     held_since: str | None = Field(None, description="only held messages sent since: a duration (2h, 7d) or an ISO time")
 
 
-def _waiting(host: str, s: dict[str, Any], now: float) -> dict[str, Any]:
+class FirstSeen:
+    """When the board first saw a waiting session whose start nobody knows: kept between looks in
+    DROVER_HOME/board-seen.json (0600, never through a symlink), holding only what is waiting now.  At worst the
+    file is lost or wrong and a `since` is off; nothing else reads it, so any trouble with it is ignored."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = home / SEEN_FILE
+        self.before = self._read()
+        self.now: dict[str, float] = {}
+
+    def _read(self) -> dict[str, float]:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    return {}
+                data = json.loads(f.read(1 << 20))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+    def since(self, key: str, now: float) -> float:
+        self.now[key] = self.before.get(key, now)
+        return self.now[key]
+
+    def save(self, answered: set[str]) -> None:
+        """Keep what the hosts that answered are waiting on now, and every other host's sightings as they were (a
+        host that was not asked, or did not answer, has not stopped waiting)."""
+        kept = {k: v for k, v in self.before.items() if k.split(" ", 1)[0] not in answered}
+        self.now = {**kept, **self.now}
+        if self.now == self.before:
+            return
+        tmp = self.path.with_name(f".{SEEN_FILE}.{os.getpid()}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self.now, f)
+            os.replace(tmp, self.path)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _waiting(host: str, s: dict[str, Any], now: float, seen: FirstSeen) -> dict[str, Any]:
     human = s["human"]
     since, source = human.get("since"), human.get("since_source")
     if not isinstance(since, (int, float)):
-        since, source = now, "first_seen"
+        key = f"{host} {s.get('identity') or s.get('id')} {human['kind']}"
+        since, source = seen.since(key, now), "first_seen"
     return {
         "host": host,
         "id": s.get("id"),
@@ -82,6 +137,7 @@ async def board(ctx: Context, req: BoardRequest) -> Result:
     cutoff = since_ts(req.held_since) if req.held_since else None
     answers = await fan_out(ctx, hosts, "attention", {})
     now = time.time()
+    seen = FirstSeen(ctx.truth.home)
     waiting: list[dict[str, Any]] = []
     warnings: list[dict[str, Any]] = []
     hosts_out: list[dict[str, Any]] = []
@@ -91,11 +147,12 @@ async def board(ctx: Context, req: BoardRequest) -> Result:
             row["error"] = err.to_dict()
         else:
             sessions = data.get("sessions", [])
-            on = [_waiting(host, s, now) for s in sessions if (s.get("human") or {}).get("kind") in ON_BOARD]
+            on = [_waiting(host, s, now, seen) for s in sessions if (s.get("human") or {}).get("kind") in ON_BOARD]
             waiting += on
             row.update(sessions=len(sessions), waiting=len(on))
             warnings += [{"host": host, "message": w} for w in data.get("warnings", [])]
         hosts_out.append(row)
+    seen.save({host for host, _d, err in answers if err is None})
     waiting.sort(key=lambda w: (w["since"], w["host"], str(w["id"])))
     held, truth_warnings = held_messages(ctx, hosts, cutoff)
     held.sort(key=lambda h: h["ts"])
