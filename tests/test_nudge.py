@@ -525,3 +525,27 @@ def test_a_crontab_run_reaches_ssh_hosts_with_an_identity_file_and_names_the_one
     assert "nudge keyless:x: failed" in res.stderr and "auth" in res.stderr, res.stderr
     wait_for(worker.messages, what="the nudge on h2")
     assert len(worker.messages()) == 1 and "over ssh from cron" in worker.messages()[0]
+
+
+@pytest.mark.parametrize("step", ["before_accept", "before_outcome"])
+def test_a_run_killed_mid_send_never_sends_twice(tmux: Tmux, isolated: Path, monkeypatch: Any, cli: Any, step: str) -> None:
+    pane = tmux.agent("killed")
+    write_fleet(isolated, monkeypatch, entry("local:killed", "once only"))
+    killed = subprocess.run(
+        [sys.executable, "-m", "drover", "nudge", "run"],
+        env={**os.environ, "DROVER_FAULT": step},  # drover's test hook: SIGKILL at that step of the send
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(ROOT),
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    starts = [e for e in records(isolated, "nudge_run") if e["phase"] == "start"]
+    assert len(starts) == 1 and [e for e in records(isolated, "nudge_run") if e["phase"] == "done"] == []
+    # The next run cannot know whether the killed one sent: it counts as sent, so it is not sent again.
+    again = cli("nudge", "run", "--json")
+    assert again.code == 0 and again.json()["data"]["due"] == 0, again.out
+    assert again.json()["data"]["entries"][0]["why"].startswith("sent ")
+    if step == "before_outcome":
+        wait_for(pane.messages, what="the message the killed run delivered")
+    stays(lambda: len(pane.messages()) == (1 if step == "before_outcome" else 0), what="no second copy")
