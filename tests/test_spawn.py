@@ -459,7 +459,9 @@ def test_codex_in_a_pretrusted_folder_is_briefed_and_an_untrusted_repository_wai
     lab = codex_lab
     lab.write_config([])  # no folder trusted yet
     assert lab.fake is not None
-    template = f"exec {' '.join(_ns_prefix(lab.fake.pid))} env {lab.pane_env()} {lab.binary}"
+    # `codex` found on the pane's PATH, as the default template finds it: the brief then goes by `codex queue`.
+    path = f"{lab.binary.parent}:{os.environ['PATH']}"
+    template = f"exec {' '.join(_ns_prefix(lab.fake.pid))} env {lab.pane_env(path)} codex"
     fleet = isolated / "fleet.toml"
     base = f"[hosts.local]\ntrusted = [{json.dumps(str(lab.root / 'pre'))}]\n"
     spawn = (
@@ -470,15 +472,15 @@ def test_codex_in_a_pretrusted_folder_is_briefed_and_an_untrusted_repository_wai
     git_repo(pre, "main")
     git_repo(other, "main")  # Codex asks about trust only inside a git repository
     res = cli("--fleet", str(fleet), "spawn", "local", "--engine", "codex", "--cwd", str(pre), "--name", "cx-pre",
-              "--brief", "summarise the repository", "--json")  # fmt: skip
+              "--brief", "summarise the repository\n\nthen stop", "--json")  # fmt: skip
     assert res.code == 0, res.err + res.out
     data = res.json()["data"]
     assert (data["state"], data["pretrusted"], data["trust_written"]) == ("ready", True, True)
-    assert (data["brief"]["outcome"], data["brief"]["lane"]) == ("delivered", "tmux"), data["brief"]
+    assert (data["brief"]["outcome"], data["brief"]["lane"]) == ("delivered", "queue"), data["brief"]
     config = tomllib.loads((lab.codex_home / "config.toml").read_text())
     assert config["projects"] == {str(pre): {"trust_level": "trusted"}}
     assert config["model_providers"]["mock"]["name"] == "mock"  # the rest of the file is kept
-    wait_for(lambda: any("summarise the repository" in t for turn in lab.turns() for t in lab.inputs_of(turn)), 30)
+    wait_for(lambda: any("summarise the repository\n\nthen stop" in t for turn in lab.turns() for t in lab.inputs_of(turn)), 30)
     res = cli("--fleet", str(fleet), "spawn", "local", "--engine", "codex", "--cwd", str(other), "--name", "cx-new",
               "--brief", "never typed", "--json")  # fmt: skip
     assert res.code == 3, res.err + res.out
