@@ -269,8 +269,8 @@ def wait_ready(
     ready_pattern: Optional[str] = None,
 ) -> Dict[str, Any]:
     """Watch the new pane until the engine is ready (idle; for Claude, its registry record idle too) or shows a
-    dialog.  `ready_pattern`: what the screen must also show (Codex draws an idle composer a few seconds before it
-    takes input; its footer's `← for agents` says it does).  The pane dying is ENGINE_EXITED (with what it
+    dialog.  `ready_pattern`: what the screen must also show (Codex draws an idle composer a few seconds before its
+    app-server is up; its footer's `← for agents` says it is).  The pane dying is ENGINE_EXITED (with what it
     printed); running out of time is SPAWN_TIMEOUT."""
     server = os.path.basename(socket)
     deadline = time.monotonic() + timeout
