@@ -47,7 +47,27 @@ from tests.sshfleet import SSHFleet  # noqa: E402
 
 KEX = "curve25519-sha256"
 PY = sys.executable
-DROVER = [str(Path(PY).with_name("drover"))] if Path(PY).with_name("drover").exists() else [PY, "-m", "drover"]
+DROVER = [PY, "-m", "drover"]  # until start() writes the console script pip would write from pyproject.toml
+PIP_SCRIPT = """#!{python}
+# -*- coding: utf-8 -*-
+import re
+import sys
+from {module} import {func}
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit({func}())
+"""
+
+
+def console_script(where: Path) -> list[str]:
+    """`drover` as `pip install .` makes it, from [project.scripts] (the venv's own may predate a change there)."""
+    import tomllib
+
+    entry = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["drover"]
+    module, func = entry.split(":")
+    where.write_text(PIP_SCRIPT.format(python=PY, module=module, func=func))
+    where.chmod(0o755)
+    return [str(where)]
 
 
 def version(cmd: list[str]) -> str:
@@ -98,9 +118,13 @@ class Bench:
             "DROVER_HOME": str(self.root / "dh"),
             "TMUX_TMPDIR": str(self.root / "lt"),
             "DROVER_ACTOR": "bench",
+            "DROVER_DAEMON": "0",  # cold: no daemon, none started for next time
         }
         for var in ("SSH_AUTH_SOCK", "TMUX", "TMUX_PANE"):
             self.env.pop(var, None)
+        self.warm_env = {**self.env, "DROVER_DAEMON": "1"}
+        global DROVER
+        DROVER = console_script(self.root / "drover")
         self.hosts_file = self.root / "hosts.txt"
         self.hosts_file.write_text("\n".join(f.names) + "\n")
         agent = f"{PY} -m drover.demo_agent --log {{log}} --name {{name}}"
@@ -177,8 +201,19 @@ class Bench:
         return lambda i: run([*DROVER, *(a.replace("{i}", str(i)) for a in args)], env or self.env, cwd=str(ROOT))
 
     def daemon(self) -> bool:
+        """Start persistent mode's daemon for the warm rows, if this tree has one (False: it has not, or it failed)."""
         probe = run([*DROVER, "daemon", "--help"], self.env, cwd=str(ROOT))
-        return probe.code == 0 and "start" in probe.out
+        if probe.code != 0 or "start" not in probe.out:
+            self.notes.append("warm drover: not available (`drover daemon` does not exist in this tree yet)")
+            return False
+        started = run([*DROVER, "daemon", "start"], self.warm_env, cwd=str(ROOT))
+        if started.code != 0:
+            self.notes.append(f"warm drover: `drover daemon start` failed: {(started.err or started.out).strip()[-200:]}")
+            return False
+        return True
+
+    def daemon_stop(self) -> None:
+        run([*DROVER, "daemon", "stop"], self.warm_env, cwd=str(ROOT))
 
     def help_row(self) -> None:
         print("drover --help")
@@ -212,21 +247,19 @@ class Bench:
         print("remote send, warm")
         ssh(0, warm=True)  # opens the master
         if self.daemon():
-            run([*DROVER, "daemon", "start"], self.env, cwd=str(ROOT))
-            self.drover("send", "h1:agent", "warm-up")(0)
+            self.drover("send", "h1:agent", "warm-up", env=self.warm_env)(0)
             s = self.rounds(
                 {
-                    "drover send h1:agent (daemon)": self.drover("send", "h1:agent", "warm message {i}"),
+                    "drover send h1:agent (daemon)": self.drover("send", "h1:agent", "warm message {i}", env=self.warm_env),
                     "ssh h1 (ControlMaster)": lambda i: ssh(i, warm=True),
                 }
             )
-            run([*DROVER, "daemon", "stop"], self.env, cwd=str(ROOT))
+            self.daemon_stop()
             warm = s["drover send h1:agent (daemon)"]
             self.rows.append(("send h1:PANE, warm", warm, "ssh (fresh connection)", cold_ssh, "<= 0.25x"))
             self.rows.append(("send h1:PANE, warm", warm, "ssh (warm ControlMaster)", s["ssh h1 (ControlMaster)"], "<= 3x"))
         else:
             s = self.rounds({"ssh h1 (ControlMaster)": lambda i: ssh(i, warm=True)})
-            self.notes.append("warm drover: not available (`drover daemon` does not exist in this tree yet)")
             self.rows.append(("send h1:PANE, warm", None, "ssh (fresh connection)", cold_ssh, "<= 0.25x"))
             self.rows.append(("send h1:PANE, warm", None, "ssh (warm ControlMaster)", s["ssh h1 (ControlMaster)"], "<= 3x"))
 
@@ -266,10 +299,10 @@ class Bench:
         peer(True)(0)  # opens the masters
         warm_peer_name = f"{peer_name} (warm ControlMasters)"
         if self.daemon():
-            run([*DROVER, "daemon", "start"], self.env, cwd=str(ROOT))
-            self.drover("ls", "--tag", "bench", "--json")(0)
-            s = self.rounds({f"{ls}, daemon": self.drover("ls", "--tag", "bench", "--json"), warm_peer_name: peer(True)})
-            run([*DROVER, "daemon", "stop"], self.env, cwd=str(ROOT))
+            warm_ls = self.drover("ls", "--tag", "bench", "--json", env=self.warm_env)
+            warm_ls(0)
+            s = self.rounds({f"{ls}, daemon": warm_ls, warm_peer_name: peer(True)})
+            self.daemon_stop()
             self.rows.append((f"ls, {n} hosts, warm", s[f"{ls}, daemon"], f"{peer_name} (cold)", cold_peer, "<= 0.3x"))
             self.rows.append((f"ls, {n} hosts, warm", s[f"{ls}, daemon"], warm_peer_name, s[warm_peer_name], "(info)"))
         else:
