@@ -475,7 +475,13 @@ def test_last_sends_are_read_from_the_record_back_to_the_horizon(isolated: Path)
         truth.append({"v": 1, "event": "other", "ts": now - 7000 + i})
     truth.append(run_event("recent", "start", 600, "b1"))
     truth.append(run_event("recent", "done", 599, "b1", sent=True))
-    truth.append(run_event("crashed", "start", 120, "c1"))  # a run that died mid-send: it may have sent
+    # Runs that died mid-send: before their accepted event (nothing sent), after it (it may have reached the
+    # session), and after a refusal was recorded (nothing sent).
+    truth.append(run_event("died-early", "start", 150, "c1"))
+    truth.append(run_event("died-late", "start", 120, "c2"))
+    truth.accept(actor="a", host="local", target="%1", text="hi", options={})
+    truth.append(run_event("died-refused", "start", 100, "c3"))
+    truth.accept(actor="a", host="local", target="%2", text="hi", options={}, check=lambda _r: {"outcome": "refused"})
     truth.append(run_event("refused", "start", 90, "d1"))
     truth.append(run_event("refused", "done", 89, "d1", sent=False))
     with truth.path.open("a", encoding="utf-8") as f:  # lines drover did not write (or that lie about themselves)
@@ -483,14 +489,16 @@ def test_last_sends_are_read_from_the_record_back_to_the_horizon(isolated: Path)
         f.write(json.dumps(run_event(["recent"], "done", 30, "x", sent=True)) + "\n")  # type: ignore[arg-type]
     entries = [
         fleet_mod.NudgeEntry(target=f"local:{key}", name=key, text="hi", every="1h", retry="30m")
-        for key in ("old", "recent", "crashed", "refused", "never")
+        for key in ("old", "recent", "died-early", "died-late", "died-refused", "refused", "never")
     ]
     rows, warnings = plan(Context(), entries, now)
     due = {r["entry"]: (r["due"], r["why"].split(" ")[0]) for r in rows}
     assert due == {
         "old": (True, "not"),  # beyond the horizon: nothing there can make it not due
         "recent": (False, "sent"),
-        "crashed": (False, "sent"),
+        "died-early": (False, "tried"),  # retried at `retry`: its message was never accepted
+        "died-late": (False, "sent"),  # accepted with no outcome: it may have arrived, so never twice
+        "died-refused": (False, "tried"),
         "refused": (False, "tried"),  # retry is 30m: a refusal 90s ago waits
         "never": (True, "not"),
     }
@@ -530,7 +538,7 @@ def test_a_crontab_run_reaches_ssh_hosts_with_an_identity_file_and_names_the_one
 @pytest.mark.parametrize("step", ["before_accept", "before_outcome"])
 def test_a_run_killed_mid_send_never_sends_twice(tmux: Tmux, isolated: Path, monkeypatch: Any, cli: Any, step: str) -> None:
     pane = tmux.agent("killed")
-    write_fleet(isolated, monkeypatch, entry("local:killed", "once only"))
+    write_fleet(isolated, monkeypatch, entry("local:killed", "once only", retry="1s"))
     killed = subprocess.run(
         [sys.executable, "-m", "drover", "nudge", "run"],
         env={**os.environ, "DROVER_FAULT": step},  # drover's test hook: SIGKILL at that step of the send
@@ -540,12 +548,20 @@ def test_a_run_killed_mid_send_never_sends_twice(tmux: Tmux, isolated: Path, mon
         cwd=str(ROOT),
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    starts = [e for e in records(isolated, "nudge_run") if e["phase"] == "start"]
-    assert len(starts) == 1 and [e for e in records(isolated, "nudge_run") if e["phase"] == "done"] == []
-    # The next run cannot know whether the killed one sent: it counts as sent, so it is not sent again.
-    again = cli("nudge", "run", "--json")
-    assert again.code == 0 and again.json()["data"]["due"] == 0, again.out
-    assert again.json()["data"]["entries"][0]["why"].startswith("sent ")
+    runs = records(isolated, "nudge_run")
+    assert [e["phase"] for e in runs] == ["start"]  # it died between its start and its done
     if step == "before_outcome":
+        # Accepted, delivered, never recorded as such: it may have arrived, so it counts as sent.
         wait_for(pane.messages, what="the message the killed run delivered")
-    stays(lambda: len(pane.messages()) == (1 if step == "before_outcome" else 0), what="no second copy")
+        again = cli("nudge", "run", "--json")
+        assert again.code == 0 and again.json()["data"]["due"] == 0, again.out
+        assert again.json()["data"]["entries"][0]["why"].startswith("sent ")
+        stays(lambda: len(pane.messages()) == 1, what="no second copy")
+    else:
+        # Killed before its accepted event: nothing was sent, so it is tried again at `retry`, once.
+        wait_for(lambda: cli("nudge", "run", "--dry-run", "--json").json()["data"]["due"] == 1, what="the retry")
+        again = cli("nudge", "run", "--json")
+        assert again.code == 0 and again.json()["data"]["sent"] == 1, again.out
+        wait_for(pane.messages, what="the retried nudge")
+        assert cli("nudge", "run").out == ""
+        stays(lambda: len(pane.messages()) == 1, what="exactly one copy")

@@ -22,7 +22,7 @@ says so (`raced`).  The window is one request to the host plus the accepted even
 Schedules: `[[nudge]]` entries in fleet.toml (drover/fleet.py `NudgeEntry`).  `nudge.run` sends the entries that
 are due.  What each one did is a `nudge_run` event in the truth file -- `start` before its send (write-ahead), `done`
 after it -- keyed by the entry's name, else its target as written.  Only a send that may have reached the session
-(delivered, queued, held, uncertain, or a start with no done: a run that died mid-send) counts for `every`; any other
+(delivered, queued, held, uncertain, or a run that died mid-send after its accepted event) counts for `every`; any other
 attempt counts for `retry` only, so a session that is busy at 09:00 is tried again at 09:01, not at 10:00.  Runs take
 a lock for the whole decide-and-send, so two overlapping runs never send one entry twice: the second waits (bounded),
 then reads the first's record and finds nothing due.
@@ -50,6 +50,7 @@ from drover.ops.send import MessageRequest, sessions_message
 from drover.ops.sessions import call_host
 from drover.record import ReadStats, now_iso
 from drover.remote import protocol as P
+from drover.truth import text_digest
 from drover.truth_query import ORDER_SLACK_S
 
 Lane = Literal["auto", "inbox", "tmux"]
@@ -272,11 +273,13 @@ def _slack(seconds: float) -> float:
     return min(SLACK_S, seconds / 2)
 
 
-def _history(ctx: Context, keys: set[str], horizon_s: float, now: float) -> tuple[dict[str, dict[str, float]], list[Any]]:
+def _history(
+    ctx: Context, entries: dict[str, NudgeEntry], horizon_s: float, now: float
+) -> tuple[dict[str, dict[str, float]], list[Any]]:
     """Per entry key: when it was last sent (`sent`) and last tried (`tried`), within the horizon.
 
     Read backwards from the end of the truth file, stopping at the horizon: what happened before it cannot make an
-    entry not due.  A `start` with no `done` (a run that died mid-send) may have sent: it counts as sent."""
+    entry not due.  A `start` with no `done` is a run that died mid-send: see `_orphan_sent`."""
     stop = now - horizon_s - ORDER_SLACK_S
 
     def skip(raw: bytes) -> bool:
@@ -289,12 +292,13 @@ def _history(ctx: Context, keys: set[str], horizon_s: float, now: float) -> tupl
     stats = ReadStats(str(ctx.truth.path))
     found: dict[str, dict[str, float]] = {}
     finished: set[Any] = set()
+    orphans: list[tuple[str, float, Any]] = []
     for ev in ctx.truth.backward(stats, skip=skip):
         ts = float(ev["ts"])
         if ts < stop:
             break
         key = ev.get("entry")
-        if ev["event"] != EVENT or not isinstance(key, str) or key not in keys:
+        if ev["event"] != EVENT or not isinstance(key, str) or key not in entries:
             continue
         seen = found.setdefault(key, {})
         attempt = ev.get("attempt")
@@ -305,8 +309,45 @@ def _history(ctx: Context, keys: set[str], horizon_s: float, now: float) -> tupl
                 seen["sent"] = max(seen.get("sent", ts), ts)
         elif ev.get("phase") == "start" and attempt not in finished:
             seen["tried"] = max(seen.get("tried", ts), ts)
-            seen["sent"] = max(seen.get("sent", ts), ts)
+            orphans.append((key, ts, attempt))
+    for key, ts, attempt in orphans:
+        seen = found[key]
+        if ts > seen.get("sent", float("-inf")) and _orphan_sent(ctx, entries[key], ts, attempt):
+            seen["sent"] = ts
     return found, stats.warnings()
+
+
+def _orphan_sent(ctx: Context, entry: NudgeEntry, since: float, attempt: Any) -> bool:
+    """Did the send of a run that died after its `start` get anywhere?  Runs hold the lock, so the events between
+    that start and the next nudge_run event are the dead run's: an accepted event with the entry's text there is its
+    message.  None: it died before its accepted event, nothing was sent.  One with no outcome yet, or one that may
+    have reached the session: it counts as sent (never twice).  Refused or provably failed: only tried.
+
+    Rare (a killed run), so this reads every event since that start, parsed."""
+    digest = text_digest(entry.text)
+    try:
+        host = targets.parse(entry.target, ctx.fleet).host
+    except DroverError:
+        return False  # a target that names nothing was never sent to
+    events = ctx.truth.recent(since)
+    ids: set[Any] = set()
+    after = False
+    for ev in events:
+        if not after:
+            after = ev["event"] == EVENT and ev.get("attempt") == attempt and ev.get("phase") == "start"
+            continue
+        if ev["event"] == EVENT:
+            break
+        if ev["event"] == "accepted" and ev.get("text_sha256") == digest and ev.get("host") == host:
+            ids.add(ev["id"])
+    if not after:
+        return True  # the start itself is not where it was a moment ago: assume the worst, never send twice
+    fates: dict[Any, bool] = {}
+    for ev in events:
+        if ev["event"] == "outcome" and ev["id"] in ids:
+            reached = ev["outcome"] in SENT or bool(ev.get("indeterminate")) or bool(ev.get("pasted"))
+            fates[ev["id"]] = fates.get(ev["id"], False) or reached
+    return any(fates.get(i, True) for i in ids)
 
 
 def _ago(seconds: float) -> str:
@@ -321,7 +362,7 @@ def _ago(seconds: float) -> str:
 def plan(ctx: Context, entries: list[NudgeEntry], now: float) -> tuple[list[dict[str, Any]], list[Any]]:
     """Each entry with whether it is due now, and why (or why not)."""
     horizon = max(max(duration_s(e.every), duration_s(e.retry)) for e in entries)
-    history, warnings = _history(ctx, {e.key for e in entries}, horizon, now)
+    history, warnings = _history(ctx, {e.key: e for e in entries}, horizon, now)
     local = time.localtime(now)
     minute = local.tm_hour * 60 + local.tm_min
     rows = []
