@@ -96,14 +96,16 @@ def big_fleet() -> Iterator[SSHFleet]:
     fleet.stop()
 
 
-def fleet_file(fleet: SSHFleet, path: Path, hole: Blackhole) -> list[str]:
-    """500 entries n001..n500, round-robin over the fleet's 16 addresses, and `slow`, a host that never answers."""
-    names = [f"n{i:03d}" for i in range(1, HOSTS + 1)]
+def fleet_file(
+    fleet: SSHFleet, path: Path, hole: Blackhole | None, hosts: int = HOSTS, concurrency: int = CONCURRENCY
+) -> list[str]:
+    """Entries n001..nNNN, round-robin over the fleet's 16 addresses, and `slow`, a host that never answers."""
+    names = [f"n{i:03d}" for i in range(1, hosts + 1)]
     lines = [
         "[defaults]",
         "connect_timeout = 4.0",
         "request_timeout = 60.0",
-        f"concurrency = {CONCURRENCY}",
+        f"concurrency = {concurrency}",
         "",
     ]
     for i, name in enumerate(names):
@@ -116,9 +118,44 @@ def fleet_file(fleet: SSHFleet, path: Path, hole: Blackhole) -> list[str]:
             f'identity = "{fleet.client_key}"',
             'tags = ["scale"]',
         ]
-    lines += ["[hosts.slow]", 'ssh = "127.0.0.1"', f"port = {hole.port}", 'tags = ["scale"]']
+    if hole is not None:
+        lines += ["[hosts.slow]", 'ssh = "127.0.0.1"', f"port = {hole.port}", 'tags = ["scale"]']
     path.write_text("\n".join(lines) + "\n")
     return names
+
+
+def drover(fleet: SSHFleet, isolated: Path, *args: str) -> tuple[subprocess.Popen[bytes], bytes, bytes, Sampler]:
+    """drover as a real process (no daemon), watched by a Sampler until it exits."""
+    env = {
+        **os.environ,
+        "HOME": str(fleet.client_home),
+        "DROVER_FLEET": str(isolated / "fleet.toml"),
+        "DROVER_HOME": str(isolated / "dh"),
+        "DROVER_DAEMON": "0",
+    }
+    env.pop("SSH_AUTH_SOCK", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "drover", *args, "--json"], env=env, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    sampler = Sampler(proc.pid)
+    try:
+        out, err = proc.communicate(timeout=HARD_BOUND_S)
+    finally:
+        proc.kill()
+    sampler.thread.join(5)
+    return proc, out, err, sampler
+
+
+def test_fleet_check_past_the_bound_still_reports_each_hosts_connect_time(big_fleet: SSHFleet, isolated: Path) -> None:
+    """Each host's connection closes when its work is done (more hosts than `concurrency`), yet the connect time it
+    took is still in its row; and never more than `concurrency` connections were open."""
+    names = fleet_file(big_fleet, isolated / "fleet.toml", None, hosts=40, concurrency=4)
+    proc, out, err, sampler = drover(big_fleet, isolated, "fleet", "check", "--tag", "scale")
+    assert proc.returncode == 0, err.decode()[-2000:]
+    rows = json.loads(out)["data"]["hosts"]
+    assert sorted(r["host"] for r in rows) == names
+    assert all(r["ok"] and isinstance(r["connect_ms"], float) and r["connect_ms"] > 0 for r in rows), rows
+    assert sampler.max_fds <= BASELINE_FDS + 4, f"{sampler.max_fds} descriptors open at once"
 
 
 def test_ls_over_500_hosts_holds_at_most_concurrency_connections_and_a_dead_host_once(
@@ -127,26 +164,7 @@ def test_ls_over_500_hosts_holds_at_most_concurrency_connections_and_a_dead_host
     hole = Blackhole()
     try:
         names = fleet_file(big_fleet, isolated / "fleet.toml", hole)
-        env = {
-            **os.environ,
-            "HOME": str(big_fleet.client_home),
-            "DROVER_FLEET": str(isolated / "fleet.toml"),
-            "DROVER_HOME": str(isolated / "dh"),
-        }
-        env.pop("SSH_AUTH_SOCK", None)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "drover", "ls", "--tag", "scale", "--json"],
-            env=env,
-            cwd=str(ROOT),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        sampler = Sampler(proc.pid)
-        try:
-            out, err = proc.communicate(timeout=HARD_BOUND_S)
-        finally:
-            proc.kill()
-        sampler.thread.join(5)
+        proc, out, err, sampler = drover(big_fleet, isolated, "ls", "--tag", "scale")
     finally:
         hole.close()
 
