@@ -149,7 +149,7 @@ def test_an_idle_thread_runs_the_queued_message_and_drover_verifies_it_in_the_ro
     # The turn ran: the model got the envelope, the rollout has it as its own turn, the TUI shows the answer.
     sent = ENVELOPE_OPEN.format(id=data["id"]) + "\nrebase on master, the schema landed\n</cross-session-message>"
     assert rollout_turns(s) == [[sent]]
-    assert any(sent in lab.inputs_of(r) for r in lab.turns())
+    wait_for(lambda: any(sent in lab.inputs_of(r) for r in lab.turns()), 15, "the model's request")  # just after
     s.wait_screen(r"• Understood\.")
     # the thread id is a target of its own, and `read` finds the rollout through the thread's CODEX_HOME
     code, again = send(cli, f"local:{s.thread_id}", "second, by thread id")
@@ -318,6 +318,33 @@ def test_over_ssh_the_host_queues_with_the_threads_own_codex_home(
         s.wait_idle()
     finally:
         link.unlink()  # before the fleet's teardown kills every tmux server it can see
+
+
+@pytest.mark.slow
+def test_the_owners_own_words_declare_the_class_the_thread_runs_in(
+    lab: CodexLab, seen: None, cli: Callable[..., CliResult], isolated: Path
+) -> None:
+    s = start(lab, "q-yolo", flags="--dangerously-bypass-approvals-and-sandbox")
+    relay = isolated / "relay.toml"
+    relay.write_text("[hosts.local]\nowner_relay = true\n")
+    # The owner's own words, where the fleet allows it: the class the thread runs in -- before its first turn,
+    # from the TUI's command line
+    code, data = send(cli, f"local:{s.pane}", "the owner, first", "--as-owner", "--fleet", str(relay))
+    assert code == 0 and data["verified"] is True, data
+    assert (data["declared_mode"], data["permission_mode_source"]) == ("bypass", "command line"), data
+    # A message is information: prompting, whatever the thread runs in.
+    code, data = send(cli, f"local:{s.pane}", "from drover, no relay")
+    assert code == 0 and data["declared_mode"] == "prompting", data
+    # ... and then from its rollout's latest turn context
+    code, data = send(cli, f"local:{s.pane}", "the owner's own words", "--as-owner", "--fleet", str(relay))
+    assert code == 0 and data["verified"] is True, data
+    assert (data["declared_mode"], data["permission_mode_source"]) == ("bypass", "rollout"), data
+    assert data["target_permission_mode"] == "approval_policy=never sandbox=danger-full-access"
+    assert rollout_turns(s)[-1][0].startswith(ENVELOPE_OPEN.format(id=data["id"]).replace("prompting", "bypass"))
+    # Not allowed on this host: refused before anything is sent.
+    code, data = send(cli, f"local:{s.pane}", "the owner again, no relay", "--as-owner")
+    assert code == 4 and data["code"] == "owner_relay_off", data
+    s.wait_idle()
 
 
 # -- must show: a thread that is not loaded is refused -----------------------------------------------------------

@@ -17,6 +17,11 @@ def declared_class(session: Session, args: Dict[str, Any]) -> Tuple[str, Dict[st
     A message is information, never authority: `prompting`, unless the owner relays their own words (--as-owner,
     allowed per host by the client), in which case the class the target session really runs in.
     """
+    if args.get("as_owner") and session["engine"] == "codex" and session.get("thread"):
+        from . import codex_policy
+
+        mode, seen_mode, seen_in = codex_policy.permission_class(session)
+        return mode, {"target_permission_mode": seen_mode, "permission_mode_source": seen_in}
     if not args.get("as_owner") or "_record" not in session:
         return "prompting", {}
     mode, seen_mode, seen_in = claude.permission_class(session)
@@ -67,7 +72,7 @@ def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         payload = envelope(body, actor, mode, session=args.get("msg_id") or "")
         outcome = codex_queue.deliver(session, payload, args)
         if outcome.get("outcome") in (P.DELIVERED, P.QUEUED):
-            outcome.update(enveloped=True, declared_mode=mode)
+            outcome.update(evidence, enveloped=True, declared_mode=mode)
         if lane == "auto" and outcome.get("code") == P.QUEUE_UNAVAILABLE and pane is not None:
             fallback = _paste(session, pane, body, actor, mode, args, profiles)
             fallback["detail"] = "no `codex queue` here (%s), so by guarded paste: %s" % (outcome["detail"], fallback["detail"])
