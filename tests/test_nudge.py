@@ -482,6 +482,8 @@ def test_last_sends_are_read_from_the_record_back_to_the_horizon(isolated: Path)
     truth.accept(actor="a", host="local", target="%1", text="hi", options={})
     truth.append(run_event("died-refused", "start", 100, "c3"))
     truth.accept(actor="a", host="local", target="%2", text="hi", options={}, check=lambda _r: {"outcome": "refused"})
+    truth.append(run_event("died-spawning", "start", 80, "c4"))  # --create-if-missing: its brief is not the text
+    truth.append({"v": 1, "event": "spawn_requested", "id": "spawn_x", "ts": now - 79, "host": "local"})
     truth.append(run_event("refused", "start", 90, "d1"))
     truth.append(run_event("refused", "done", 89, "d1", sent=False))
     with truth.path.open("a", encoding="utf-8") as f:  # lines drover did not write (or that lie about themselves)
@@ -491,6 +493,8 @@ def test_last_sends_are_read_from_the_record_back_to_the_horizon(isolated: Path)
         fleet_mod.NudgeEntry(target=f"local:{key}", name=key, text="hi", every="1h", retry="30m")
         for key in ("old", "recent", "died-early", "died-late", "died-refused", "refused", "never")
     ]
+    spawning = {"create_if_missing": True, "engine": "demo", "cwd": "/tmp"}
+    entries.append(fleet_mod.NudgeEntry(target="local:s", name="died-spawning", text="hi", every="1h", **spawning))
     rows, warnings = plan(Context(), entries, now)
     due = {r["entry"]: (r["due"], r["why"].split(" ")[0]) for r in rows}
     assert due == {
@@ -499,6 +503,7 @@ def test_last_sends_are_read_from_the_record_back_to_the_horizon(isolated: Path)
         "died-early": (False, "tried"),  # retried at `retry`: its message was never accepted
         "died-late": (False, "sent"),  # accepted with no outcome: it may have arrived, so never twice
         "died-refused": (False, "tried"),
+        "died-spawning": (False, "sent"),  # it started a session whose brief may have gone
         "refused": (False, "tried"),  # retry is 30m: a refusal 90s ago waits
         "never": (True, "not"),
     }

@@ -338,6 +338,8 @@ def _orphan_sent(ctx: Context, entry: NudgeEntry, since: float, attempt: Any) ->
             continue
         if ev["event"] == EVENT:
             break
+        if ev["event"] == "spawn_requested" and entry.create_if_missing:
+            return True  # it started a session, whose brief (the text, after a snapshot) may have gone: never twice
         if ev["event"] == "accepted" and ev.get("text_sha256") == digest and ev.get("host") == host:
             ids.add(ev["id"])
     if not after:
