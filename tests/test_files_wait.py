@@ -15,19 +15,52 @@ import pytest
 import drover
 from drover.remote import files as remote_files
 from drover.remote.protocol import HelperError
+from tests.conftest import helper_pids, wait_for
 from tests.sshfleet import SSHFleet
 
 
-def later(seconds: float, action: Callable[[], object]) -> threading.Thread:
-    """Do `action` in a while, from another thread, while the wait blocks."""
+def later(seconds: float, action: Callable[[], object], after: Callable[[], object] | None = None) -> threading.Thread:
+    """Do `action` from another thread while the wait blocks: once `after()` is true (if given), then `seconds` on."""
 
     def run() -> None:
+        if after is not None:
+            wait_for(after, timeout=60, what="the wait to be under way")
         time.sleep(seconds)
         action()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+class Watching:
+    """Knows when the helper (in this process) has taken its baseline and set its watch, so a test changes the file
+    after that and not, on a loaded machine, before the wait has even started."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.ready = threading.Event()
+        original = remote_files._watcher
+
+        def watcher(directory: str, poll: bool) -> Any:
+            found = original(directory, poll)
+            self.ready.set()
+            return found
+
+        monkeypatch.setattr(remote_files, "_watcher", watcher)
+
+    def then(self, action: Callable[[], object]) -> threading.Thread:
+        def under_way() -> bool:
+            if self.ready.is_set():
+                self.ready.clear()
+                return True
+            return False
+
+        return later(0.1, action, after=under_way)
+
+
+@pytest.fixture
+def watching(monkeypatch: pytest.MonkeyPatch) -> Watching:
+    return Watching(monkeypatch)
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -37,9 +70,9 @@ def atomic_write(path: Path, text: str) -> None:
     os.rename(tmp, path)
 
 
-def test_waits_for_a_file_renamed_into_place(tmp_path: Path) -> None:
+def test_waits_for_a_file_renamed_into_place(tmp_path: Path, watching: Watching) -> None:
     status = tmp_path / "status.json"
-    later(0.5, lambda: atomic_write(status, '{"state": "done"}'))
+    watching.then(lambda: atomic_write(status, '{"state": "done"}'))
     doc = drover.run("files.wait", {"path": str(status), "timeout_s": 20})
     assert doc.exit_code == 0, doc.errors
     data = doc.data
@@ -49,7 +82,7 @@ def test_waits_for_a_file_renamed_into_place(tmp_path: Path) -> None:
     assert (again.exit_code, again.data["event"]) == (0, "exists")
 
 
-def test_a_file_written_in_pieces_is_reported_once_its_writer_closes_it(tmp_path: Path) -> None:
+def test_a_file_written_in_pieces_is_reported_once_its_writer_closes_it(tmp_path: Path, watching: Watching) -> None:
     status = tmp_path / "report.txt"
 
     def write_slowly() -> None:
@@ -59,23 +92,23 @@ def test_a_file_written_in_pieces_is_reported_once_its_writer_closes_it(tmp_path
                 f.flush()
                 time.sleep(0.05)
 
-    later(0.3, write_slowly)
+    watching.then(write_slowly)
     doc = drover.run("files.wait", {"path": str(status), "timeout_s": 20})
     assert doc.data["event"] == "created" and doc.data["size"] == len("part 0\n") * 4, doc.data
 
 
-def test_changed_sees_an_edit_an_atomic_replace_and_a_touch(tmp_path: Path) -> None:
+def test_changed_sees_an_edit_an_atomic_replace_and_a_touch(tmp_path: Path, watching: Watching) -> None:
     status = tmp_path / "status"
     status.write_text("working")
-    later(0.4, lambda: status.write_text("finished"))
+    watching.then(lambda: status.write_text("finished"))
     doc = drover.run("files.wait", {"path": str(status), "changed": True, "timeout_s": 20})
     assert (doc.data["event"], doc.data["size"]) == ("changed", len("finished")), doc.data
     # Same size, new inode: the rename into place is a change too.
-    later(0.4, lambda: atomic_write(status, "finishe!"))
+    watching.then(lambda: atomic_write(status, "finishe!"))
     doc = drover.run("files.wait", {"path": str(status), "changed": True, "timeout_s": 20})
     assert doc.data["event"] == "changed" and doc.data["inode"] == status.stat().st_ino
     # A touch changes only the mtime.
-    later(0.4, lambda: os.utime(status, (1_000_000, 1_000_000)))
+    watching.then(lambda: os.utime(status, (1_000_000, 1_000_000)))
     doc = drover.run("files.wait", {"path": str(status), "changed": True, "timeout_s": 20})
     assert doc.data["event"] == "changed" and doc.data["mtime"] == 1_000_000
 
@@ -132,14 +165,14 @@ def test_timeout_is_exit_9_with_one_line(tmp_path: Path, cli: Any) -> None:
     assert doc["data"]["reached"] is False and doc["data"]["exists"] is True and doc["errors"][0]["code"] == "wait_timeout"
 
 
-def test_the_poll_fallback_sees_the_same_things(tmp_path: Path, cli: Any) -> None:
+def test_the_poll_fallback_sees_the_same_things(tmp_path: Path, cli: Any, watching: Watching) -> None:
     status = tmp_path / "polled"
-    later(0.4, lambda: atomic_write(status, "done"))
+    watching.then(lambda: atomic_write(status, "done"))
     res = cli("wait-file", "local", str(status), "--poll", "--timeout", "20", "--json")
     assert res.code == 0, res.err
     data = res.json()["data"]
     assert (data["event"], data["how"]) == ("created", "poll (asked for)")
-    later(0.4, lambda: status.write_text("done, really"))
+    watching.then(lambda: status.write_text("done, really"))
     res = cli("wait-file", "local", str(status), "--poll", "--changed", "--timeout", "20")
     assert res.code == 0 and "polled changed (12 bytes" in res.out
 
@@ -173,10 +206,10 @@ def test_bad_paths_are_one_clear_line_each(tmp_path: Path, cli: Any) -> None:
     assert res.code == 2 and "timeout_s" in res.err
 
 
-def test_the_directory_removed_while_waiting_ends_the_wait(tmp_path: Path) -> None:
+def test_the_directory_removed_while_waiting_ends_the_wait(tmp_path: Path, watching: Watching) -> None:
     folder = tmp_path / "work"
     folder.mkdir()
-    later(0.4, lambda: folder.rmdir())
+    watching.then(lambda: folder.rmdir())
     with pytest.raises(HelperError) as caught:
         remote_files.wait_file({"path": str(folder / "status"), "timeout_s": 20}, {})
     assert caught.value.code == "no_such_directory" and "removed while waiting" in caught.value.message
@@ -190,16 +223,23 @@ def test_over_ssh_a_coordinator_waits_on_a_workers_status_file(sshfleet: SSHFlee
     workdir = sshfleet.host_home("h2") / "jobs"
     workdir.mkdir(exist_ok=True)
     status = workdir / "worker-7.json"
-    later(2.5, lambda: atomic_write(status, '{"worker": 7, "state": "done"}'))
+    # Written 1.5 s after the helper is running on h2: past the 1 s request timeout, and after its first look.
+    later(1.5, lambda: atomic_write(status, '{"worker": 7, "state": "done"}'), after=lambda: helper_pids("h2"))
     res = cli("wait-file", "h2", "jobs/worker-7.json", "--timeout", "30", "--json")
     assert res.code == 0, res.err
     data = res.json()["data"]
     assert (data["host"], data["path"], data["event"], data["how"]) == ("h2", str(status), "created", "inotify")
     assert data["waited_s"] > 1.0  # it blocked past the request timeout, on the host
     # Changed, over SSH, with the file replaced atomically while the wait blocks.
-    later(1.0, lambda: atomic_write(status, '{"worker": 7, "state": "merged"}'))
+    earlier = set(helper_pids("h2"))  # the first wait's helper may still be on its way out
+    later(0.5, lambda: atomic_write(status, '{"worker": 7, "state": "merged"}'), after=lambda: set(helper_pids("h2")) - earlier)
     res = cli("wait-file", "h2", "~/jobs/worker-7.json", "--changed", "--timeout", "30")
     assert res.code == 0 and "changed" in res.out, res.err
+    # A coordinator's loop: the previous answer as the baseline, so a change before the next wait starts counts.
+    atomic_write(status, '{"worker": 7, "state": "archived"}')
+    baseline = {k: data[k] for k in ("device", "inode", "size", "mtime_ns")}
+    doc = drover.run("files.wait", {"host": "h2", "path": "jobs/worker-7.json", "changed": True, "baseline": baseline})
+    assert (doc.exit_code, doc.data["event"], doc.data["size"]) == (0, "changed", len('{"worker": 7, "state": "archived"}'))
     # h3 has no jobs directory at all: said as such, at once.
     res = cli("wait-file", "h3", "jobs/worker-7.json", "--timeout", "30", "--json")
     assert res.code == 6 and res.json()["errors"][0]["code"] == "no_such_directory"
@@ -233,7 +273,7 @@ def test_the_shipped_bundle_waits_and_tells_who_waits_under_python_36(tmp_path: 
         pytest.skip("no Python 3.6 on this machine (pyenv's builds are at /root/.pyenv/versions)")
     tmux.agent("old-host-agent")
     status = tmp_path / "status"
-    later(1.0, lambda: atomic_write(status, "done"))
+    later(0.5, lambda: atomic_write(status, "done"), after=lambda: old_helper_running(python))
     code, answers, raw = run_bundle(
         [python, "-E", "-s", "-c", bundle.BOOTSTRAP],
         {"op": "wait_file", "args": {"path": str(status), "timeout_s": 30}},
@@ -245,3 +285,15 @@ def test_the_shipped_bundle_waits_and_tells_who_waits_under_python_36(tmp_path: 
     assert (waited["data"]["event"], waited["data"]["how"], waited["data"]["size"]) == ("created", "inotify", 4)
     assert attention["ok"], attention
     assert [(s["name"], s["human"]) for s in attention["data"]["sessions"]] == [("old-host-agent", None)]
+
+
+def old_helper_running(python: str) -> bool:
+    """A helper started by `python` (the bundle's bootstrap names itself drover_boot) is running."""
+    for pid in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmdline.startswith(python.encode() + b"\0") and b"drover_boot" in cmdline:
+            return True
+    return False
