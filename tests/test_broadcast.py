@@ -214,3 +214,20 @@ def test_a_truth_file_that_cannot_be_used_sends_nothing_and_says_so_per_session(
         "asking": ("failed", "truth_unsafe"),
     }
     stays(lambda: calm.messages() == [] and asking.events("dialog") == [], what="nothing sent")
+
+
+def test_each_delivery_keeps_the_sender_side_limits(tmux: Tmux, isolated: Path, cli: Any, monkeypatch: Any) -> None:
+    """A broadcast is no way around the limits: each message is sized and counted like any `drover send`."""
+    fleet = isolated / "fleet.toml"
+    fleet.write_text("[limits]\nmax_chars = 10\n", encoding="utf-8")
+    monkeypatch.setenv("DROVER_FLEET", str(fleet))
+    one, two = tmux.agent("one"), tmux.agent("two")
+    res = cli("--actor", ACTOR, "broadcast", "--all", "far more than ten characters", "--json")
+    assert res.code == 4, res.out
+    rows = res.json()["data"]["messages"]
+    assert sorted((r["session"]["name"], r["outcome"], r["code"]) for r in rows) == [
+        ("one", "refused", "too_large"),
+        ("two", "refused", "too_large"),
+    ]
+    assert {m["code"] for m in log_rows()} == {"too_large"} and len(log_rows()) == 2
+    stays(lambda: one.messages() == [] and two.messages() == [], what="nothing pasted")
