@@ -294,7 +294,6 @@ class Bench:
         cold_peer = s[f"{peer_name}: {work}"]
         self.rows.append((f"ls, {n} hosts, cold", s[ls], peer_name, cold_peer, "<= 1.0x"))
         self.rows.append((f"ls, {n} hosts, cold", s[ls], "xargs -P ssh HOST true", s["xargs -P ssh HOST true"], "(info)"))
-        self.cold_ls = s[ls]
         print(f"ls over {n} hosts, warm")
         peer(True)(0)  # opens the masters
         warm_peer_name = f"{peer_name} (warm ControlMasters)"
@@ -340,25 +339,41 @@ class Bench:
         print("discovery on h1: the helper's took_ms for `list` with state (1 agent, 1 peer pane), first and warm")
         tools = {"took_ms, a fresh helper": took(True), "took_ms, a live helper": took(False)}
         before = self.rounds(tools, peak=False)
-        socks = []
-        for host in self.fleet.names:
-            sockdir = self.fleet.host_home(host) / "t" / f"tmux-{os.getuid()}"
-            sockdir.mkdir(mode=0o700, exist_ok=True)
-            for k in range(self.args.stale):
-                path = sockdir / f"stale-{k}"
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.bind(str(path))
-                sock.close()  # the file stays: what a crashed tmux server leaves
-                socks.append(path)
+        paths = [
+            self.fleet.host_home(host) / "t" / f"tmux-{os.getuid()}" / f"stale-{k}"
+            for host in self.fleet.names
+            for k in range(self.args.stale)
+        ]
+
+        def stale(present: bool) -> None:
+            for path in paths:
+                if present and not path.exists():
+                    path.parent.mkdir(mode=0o700, exist_ok=True)
+                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    sock.bind(str(path))
+                    sock.close()  # the file stays: what a crashed tmux server leaves
+                elif not present and path.exists():
+                    path.unlink()
+
+        stale(True)
         print(f"the same with {self.args.stale} stale sockets in the tmux directory")
         after = self.rounds(tools, peak=False)
         self.took = (before, after)
         n = self.args.hosts
-        print(f"ls over {n} hosts, cold, {self.args.stale} stale sockets on every host")
-        ls = self.rounds({f"drover ls, {self.args.stale} stale": self.drover("ls", "--tag", "bench", "--json")})
-        self.stale_ls = ls[f"drover ls, {self.args.stale} stale"]
-        for path in socks:
-            path.unlink()
+        print(f"ls over {n} hosts, cold, with and without {self.args.stale} stale sockets on every host (paired)")
+        ls = self.drover("ls", "--tag", "bench", "--json")
+        with_stale, without = f"drover ls, {self.args.stale} stale sockets per host", "drover ls, none"
+
+        def ls_with(present: bool) -> Callable[[int], Sample]:
+            def go(i: int) -> Sample:
+                stale(present)  # outside the measured run
+                return ls(i)
+
+            return go
+
+        got = self.rounds({with_stale: ls_with(True), without: ls_with(False)}, peak=False)
+        stale(False)
+        self.stale_ls = (got[with_stale], got[without])
 
     def scale(self) -> None:
         """`drover ls` over --scale host entries mapped onto the fleet's addresses, next to parallel-ssh -p 64."""
@@ -469,8 +484,8 @@ class Bench:
             f"a live one; with {a.stale} stale tmux sockets: {after[fresh].wall * 1000:.1f} and {after[live].wall * 1000:.1f} ms"
         )
         print(
-            f"drover ls over {a.hosts} hosts with {a.stale} stale sockets on each: {self.stale_ls.wall:.2f} s "
-            f"(without: {self.cold_ls.wall:.2f} s)"
+            f"drover ls over {a.hosts} hosts with {a.stale} stale sockets on each: {self.stale_ls[0].wall:.2f} s; "
+            f"without: {self.stale_ls[1].wall:.2f} s (paired, same rounds)"
         )
         for note in self.notes:
             print(f"note: {note}")
@@ -520,11 +535,13 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=7, help="rounds per comparison (default 7)")
     parser.add_argument("--events", type=int, default=1_000_000, help="events in the truth file for `log` (default 1,000,000)")
     parser.add_argument("--stale", type=int, default=20, help="stale tmux sockets per host for the discovery rows (default 20)")
-    parser.add_argument("--scale", type=int, default=500, help="host entries for the scale row (default 500; 0: none)")
+    parser.add_argument("--scale", type=int, help="host entries for the scale row (default 500, 40 with --quick; 0: none)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 4 hosts, 2 rounds, 20,000 events, 40 entries")
     args = parser.parse_args()
     if args.quick:
-        args.hosts, args.repeat, args.events, args.scale = 4, 2, 20_000, 40
+        args.hosts, args.repeat, args.events = 4, 2, 20_000
+    if args.scale is None:
+        args.scale = 40 if args.quick else 500
     if args.hosts < 2 or args.repeat < 1 or args.events < 2 or args.stale < 0 or args.scale < 0:
         parser.error("--hosts must be at least 2, --repeat at least 1, --events at least 2, --stale and --scale at least 0")
     if os.geteuid() != 0:
