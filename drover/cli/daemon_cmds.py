@@ -1,1 +1,122 @@
-"""(being built: see issues 10 and 11)"""
+"""`drover daemon status | start | stop`: persistent mode's daemon for this environment (drover/daemon/)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Annotated, Any
+
+import typer
+
+from drover.cli import render
+from drover.cli.app import app
+from drover.errors import ExitCode
+
+daemon_app = typer.Typer(
+    help="Persistent mode: the per-user daemon that keeps SSH connections and helpers warm (started on first use; "
+    "exits when idle; DROVER_DAEMON=0 or `daemon = false` in the fleet file turns it off).",
+    no_args_is_help=True,
+)
+app.add_typer(daemon_app, name="daemon")
+
+READY_WAIT_S = 15.0
+
+
+def _path() -> str:
+    from drover.daemon import paths
+
+    return paths.socket_path()
+
+
+def _status(path: str) -> dict[str, Any] | None:
+    from drover.daemon import client
+
+    answer = client.control(path, {"t": "status"})
+    return answer if answer and answer.get("t") == "status" else None
+
+
+def _show(info: dict[str, Any]) -> None:
+    hosts = info.get("hosts") or []
+    connected = [h["host"] for h in hosts if h.get("connected")]
+    render.out.print(
+        f"drover daemon {info.get('version')}: pid {info.get('pid')}, up {info.get('uptime_s')}s, "
+        f"{info.get('served')} requests served ({info.get('active')} running), idle {info.get('idle_s')}s "
+        f"of {info.get('idle_timeout_s'):g}s",
+        markup=False,
+    )
+    render.out.print(f"socket: {info.get('socket')}", markup=False)
+    render.out.print(f"hosts connected: {', '.join(connected) or 'none'}", markup=False)
+    for h in hosts:
+        render.out.print(
+            f"  {h['host']}: {'connected' if h.get('connected') else 'not connected'}, {h.get('helpers')} helpers "
+            f"({h.get('busy')} busy), {h.get('connects')} connections opened",
+            markup=False,
+        )
+
+
+@daemon_app.command("status")
+def status(as_json: Annotated[bool, typer.Option("--json", help="print the daemon's status as JSON")] = False) -> None:
+    """Is a daemon running for this environment? Its pid, uptime, hosts connected, requests served, socket.
+    Exit 0 when one answers, 5 when none does."""
+    path = _path()
+    info = _status(path)
+    if as_json:
+        print(json.dumps({"running": info is not None, "socket": path, **(info or {})}, default=str))
+    elif info is None:
+        render.out.print(f"no daemon for this environment (socket {path})", markup=False)
+    else:
+        _show(info)
+    raise typer.Exit(ExitCode.OK if info is not None else ExitCode.FAILED)
+
+
+@daemon_app.command("stop")
+def stop() -> None:
+    """Stop this environment's daemon (requests it is running finish first)."""
+    from drover.daemon import client
+
+    path = _path()
+    answer = client.control(path, {"t": "stop"})
+    if answer is None:
+        render.out.print("no daemon running for this environment", markup=False)
+        raise typer.Exit(ExitCode.OK)
+    deadline = time.monotonic() + READY_WAIT_S
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    render.out.print(f"stopped the daemon (pid {answer.get('pid')})", markup=False)
+    raise typer.Exit(ExitCode.OK)
+
+
+@daemon_app.command("start")
+def start(
+    foreground: Annotated[bool, typer.Option("--foreground", help="run it here, logging to stderr (for debugging)")] = False,
+    idle: Annotated[float | None, typer.Option("--idle", help="seconds idle before it exits (default: the fleet's)")] = None,
+) -> None:
+    """Start this environment's daemon now (it also starts by itself on first use)."""
+    from drover.daemon import client, paths
+
+    path = _path()
+    info = _status(path)
+    if info is not None:
+        render.out.print(f"already running: pid {info.get('pid')}, socket {path}", markup=False)
+        raise typer.Exit(ExitCode.OK)
+    if idle is not None and idle <= 0:
+        raise typer.BadParameter("--idle must be above zero")
+    if foreground:
+        from drover.daemon import server
+
+        raise typer.Exit(server.main(["--socket", path] + (["--idle", str(idle)] if idle is not None else [])))
+    try:
+        paths.ensure_dir(os.path.dirname(path))
+    except (OSError, paths.Unsafe) as exc:
+        render.err.print(f"drover: {exc}", style="red", markup=False)
+        raise typer.Exit(ExitCode.CONFIG) from None
+    client.spawn(path, idle)
+    deadline = time.monotonic() + READY_WAIT_S
+    while (info := _status(path)) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if info is None:
+        render.err.print(f"drover: the daemon did not answer within {READY_WAIT_S:g}s: see {path[:-5]}.log", style="red")
+        raise typer.Exit(ExitCode.FAILED)
+    render.out.print(f"started: pid {info.get('pid')}, socket {path}", markup=False)
+    raise typer.Exit(ExitCode.OK)

@@ -18,6 +18,7 @@ import sys
 
 from drover.daemon import paths
 from drover.daemon import protocol as wire
+from drover.fast import columns
 
 # The commands the daemon runs; everything else (fleet edits, the demo, guard) runs directly.
 HOT = frozenset(["send", "ls", "status", "wait", "op", "read", "log"])
@@ -91,20 +92,6 @@ def _term() -> dict[str, str]:
     return {k: os.environ[k] for k in ("TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES") if k in os.environ}
 
 
-def _columns() -> int:
-    """The caller's terminal width, as shutil.get_terminal_size would say (shutil is not imported for it)."""
-    try:
-        cols = int(os.environ.get("COLUMNS", "0"))
-    except ValueError:
-        cols = 0
-    if cols <= 0:
-        try:
-            cols = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
-        except (AttributeError, ValueError, OSError):
-            cols = 0
-    return cols or 80
-
-
 def _isatty(stream: object) -> bool:
     try:
         return bool(stream.isatty())  # type: ignore[attr-defined]
@@ -136,7 +123,7 @@ def run(argv: list[str]) -> int | None:
         "env": env,
         "actor": os.environ.get("DROVER_ACTOR"),
         "tty": {"stdin": _isatty(sys.stdin), "stdout": _isatty(sys.stdout), "stderr": _isatty(sys.stderr)},
-        "cols": _columns(),
+        "cols": columns(),
         "term": _term(),
     }
     with sock:
@@ -257,6 +244,21 @@ def _read_stdin() -> bytes:
         return bytes(stream.read())
     text = sys.stdin.read() if sys.stdin is not None else ""
     return text.encode("utf-8", "surrogateescape")
+
+
+def control(path: str, message: dict[str, object], timeout: float = 5.0) -> dict | None:
+    """One control exchange (status, stop) with the daemon at `path`; None when no daemon answers there."""
+    try:
+        sock = connect(path, timeout)
+    except (OSError, paths.Unsafe):
+        return None
+    with sock:
+        try:
+            sock.sendall(wire.encode(message))
+            line = sock.makefile("rb").readline(wire.MAX_LINE)
+            return wire.decode(line)
+        except (OSError, ValueError):
+            return None
 
 
 # -- starting a daemon ---------------------------------------------------------------------------------------------

@@ -1,0 +1,349 @@
+"""Persistent mode: the daemon starts on first use, serves the hot commands, exits when idle, is the user's alone,
+and every way it can fail leaves the caller with the direct path -- or, for a send it may have delivered, with an
+honest `uncertain` and the retry that finishes it once.  Real processes throughout: `python -m drover` (the same
+front as the console script), a real daemon, real tmux panes, the real OpenSSH fleet."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drover.daemon import paths
+from tests.conftest import CliResult, Tmux, drover_process, helper_pids, remote_agent, stays, wait_for
+from tests.sshfleet import SSHD, SSHFleet
+
+STDLIB = set(sys.stdlib_module_names)
+SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's interpreter may live where another user cannot run it
+FRONT = {"drover", "drover.fast", "drover.daemon", "drover.daemon.client", "drover.daemon.paths", "drover.daemon.protocol"}
+
+
+@pytest.fixture
+def persistent(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Persistent mode on (the suite runs with it off), in a runtime directory of this test's own; every daemon
+    it started is stopped afterwards."""
+    run = Path(tempfile.mkdtemp(prefix="drd-"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    monkeypatch.setenv("DROVER_DAEMON", "1")
+    monkeypatch.setenv("DROVER_DAEMON_IDLE_S", "120")
+    yield run
+    for sock in (run / "drover").glob("*.sock") if (run / "drover").exists() else []:
+        pid = _pid_of(str(sock))
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(run, ignore_errors=True)
+
+
+def _pid_of(sock: str) -> int | None:
+    from drover.daemon import client
+
+    answer = client.control(sock, {"t": "status"}, timeout=2)
+    return int(answer["pid"]) if answer else None
+
+
+def sock_path() -> str:
+    return paths.socket_path()
+
+
+def status() -> dict[str, Any]:
+    res = drover_process("daemon", "status", "--json")
+    doc = json.loads(res.out)
+    assert (res.code == 0) == doc["running"], res
+    return dict(doc)
+
+
+def running() -> dict[str, Any]:
+    """Wait for the daemon the first use started, and return its status."""
+    return wait_for(lambda: status() if os.path.exists(sock_path()) and status()["running"] else None, 20, what="the daemon")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_first_use_starts_a_daemon_that_serves_the_next_commands(persistent: Path, tmux: Tmux) -> None:
+    pane = tmux.agent("warm")
+    assert not os.path.exists(sock_path())
+    # The first use runs directly and starts the daemon; capture_output with a timeout is a `$(drover ls)`: it
+    # returns because the daemon holds none of our pipes.
+    first = drover_process("ls", "--json", timeout=60)
+    assert first.code == 0 and [s["name"] for s in first.json()["data"]["sessions"]] == ["warm"], first
+    info = running()
+    assert info["served"] == 0 and info["socket"] == sock_path()
+    send = drover_process("send", f"{pane.address}", "through the daemon")
+    assert send.code == 0 and "delivered" in send.out, send
+    wait_for(pane.messages, what="the message")
+    assert [m.count("through the daemon") for m in pane.messages()] == [1]
+    again = status()
+    assert again["pid"] == info["pid"] and again["served"] == 1
+    # The record is the same in both modes: accepted (write-ahead), then the outcome.
+    log = drover_process("log", "--json").json()["data"]["messages"]
+    assert [(m["target"], m["outcome"]) for m in log] == [(pane.address, "delivered")]
+    assert status()["served"] == 2  # log went through it too
+    # stdin is sent only when the command reads it; the caller's actor is the sender.
+    piped = drover_process("send", pane.address, "-", stdin="from stdin\n", env={"DROVER_ACTOR": "piper"})
+    assert piped.code == 0, piped
+    wait_for(lambda: len(pane.messages()) == 2, what="the piped message")
+    assert 'from-name="drover (piper)"' in pane.messages()[1] and "from stdin" in pane.messages()[1]
+    # A usage error is the same line and exit code as a direct run.
+    bad = drover_process("send", pane.address, "")
+    assert bad.code == 2 and bad.err.startswith("drover: "), bad
+    assert status()["served"] == 4
+
+
+def test_the_hot_path_imports_only_the_standard_library(persistent: Path, tmux: Tmux) -> None:
+    tmux.agent("lean")
+    drover_process("ls")
+    running()
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "drover", "ls", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ,
+    )
+    assert proc.returncode == 0 and json.loads(proc.stdout)["data"]["sessions"][0]["name"] == "lean", proc.stderr[-500:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    foreign = {m for m in imported if m.split(".")[0] not in STDLIB and m not in FRONT and not m.startswith("_")}
+    # The editable install's finder is site's, not drover's (a normal install has none).
+    foreign = {m for m in foreign if not m.startswith(("__editable__", "_distutils_hack", "sitecustomize", "imported package"))}
+    assert foreign == set(), foreign
+    assert status()["served"] >= 1
+
+
+def test_idle_exit(persistent: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DROVER_DAEMON_IDLE_S", "2")
+    started = drover_process("daemon", "start")
+    assert started.code == 0 and "started: pid" in started.out, started
+    pid = int(started.out.split("started: pid ")[1].split(",")[0])
+    assert alive(pid)
+    wait_for(lambda: not alive(pid), 20, what="the idle daemon to exit")
+    assert not os.path.exists(sock_path())
+    gone = drover_process("daemon", "status")
+    assert gone.code == 5 and "no daemon" in gone.out
+
+
+def test_stop_and_turning_it_off(persistent: Path, tmux: Tmux, monkeypatch: pytest.MonkeyPatch, isolated: Path) -> None:
+    tmux.agent("off")
+    assert drover_process("daemon", "start").code == 0
+    pid = status()["pid"]
+    stopped = drover_process("daemon", "stop")
+    assert stopped.code == 0 and f"pid {pid}" in stopped.out
+    wait_for(lambda: not alive(pid), what="the stopped daemon to exit")
+    # DROVER_DAEMON=0: a hot command runs directly and starts nothing.
+    assert drover_process("ls", env={"DROVER_DAEMON": "0"}).code == 0
+    stays(lambda: not os.path.exists(sock_path()), 1.0, what="no daemon")
+    # daemon = false in the fleet file: the same.
+    fleet = isolated / "fleet.toml"
+    fleet.write_text("[defaults]\ndaemon = false\n", encoding="utf-8")
+    monkeypatch.setenv("DROVER_FLEET", str(fleet))
+    assert drover_process("ls").code == 0
+    stays(lambda: not os.path.exists(paths.socket_path()), 1.0, what="no daemon")
+
+
+def test_the_socket_is_the_users_alone(persistent: Path, tmux: Tmux) -> None:
+    tmux.agent("mine")
+    assert drover_process("daemon", "start").code == 0
+    path = sock_path()
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    if os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON):
+        return  # the rest needs another user (root can be one) and an interpreter that user can run
+    # Another user cannot even reach it (0700 directory) ...
+    nobody = 65534
+    probe = (
+        "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect(sys.argv[1])\nexcept OSError as e:\n"
+        " print('refused', e.errno)\n sys.exit()\n"
+        "try:\n s.sendall(b'{\"t\":\"status\"}\\n'); print('answer', repr(s.recv(100)))\n"
+        "except OSError:\n print('answer', repr(b''))\n"
+    )
+
+    def as_nobody() -> str:
+        out = subprocess.run([SYSTEM_PYTHON, "-c", probe, path], capture_output=True, text=True, timeout=30, user=nobody, cwd="/")
+        return out.stdout.strip()
+
+    assert as_nobody().startswith("refused")
+    # ... and if the modes are opened up behind its back, the daemon's own peer check still answers nothing.
+    persistent.chmod(0o755)
+    os.chmod(os.path.dirname(path), 0o755)
+    os.chmod(path, 0o777)
+    try:
+        assert as_nobody() == "answer b''"
+    finally:
+        os.chmod(os.path.dirname(path), 0o700)
+        os.chmod(path, 0o600)
+    # A directory that is not ours, or not 0700, is never used: the command runs directly.
+    os.chmod(os.path.dirname(path), 0o755)
+    try:
+        res = drover_process("ls", "--json")
+        assert res.code == 0
+    finally:
+        os.chmod(os.path.dirname(path), 0o700)
+    assert status()["served"] == 0
+
+
+def test_a_stranger_directory_is_refused(persistent: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = Path(tempfile.mkdtemp(prefix="drx-"))
+    link_base = Path(tempfile.mkdtemp(prefix="drl-"))
+    (link_base / "drover").symlink_to(target)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(link_base))
+    try:
+        res = drover_process("daemon", "start")
+        assert res.code == 7 and "not a directory (a symlink" in res.err, res
+        assert drover_process("ls").code == 0  # runs directly
+        assert list(target.iterdir()) == []
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.rmtree(link_base, ignore_errors=True)
+
+
+def _background(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "drover", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float = 60) -> CliResult:
+    out, err = proc.communicate(timeout=timeout)
+    return CliResult(proc.returncode, out, err)
+
+
+def test_a_daemon_killed_mid_request_falls_back_for_a_wait(persistent: Path, tmux: Tmux) -> None:
+    pane = tmux.agent("waiter")
+    assert drover_process("daemon", "start").code == 0
+    pid = status()["pid"]
+    waiting = _background("wait", pane.address, "--until", "exited", "--timeout", "60")
+    wait_for(lambda: status()["active"] == 1, what="the wait to run in the daemon")
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not alive(pid), what="the daemon to die")
+    # The client runs the wait itself (waiting changes nothing: running it again is harmless) ...
+    time.sleep(1.0)
+    pane.tmux("kill-pane", "-t", pane.id)
+    done = _finish(waiting)
+    # ... and it ends as a direct wait would: the session exited.
+    assert done.code == 0 and "is exited" in done.out, done
+
+
+def test_a_daemon_killed_mid_send_is_never_resent(persistent: Path, tmux: Tmux, monkeypatch: pytest.MonkeyPatch) -> None:
+    pane = tmux.agent("once")
+    # The daemon kills itself (SIGKILL) right after the accepted event, before anything is delivered.
+    monkeypatch.setenv("DROVER_FAULT", "after_accept")
+    assert drover_process("daemon", "start").code == 0
+    pid = status()["pid"]
+    res = drover_process("send", pane.address, "exactly once")
+    assert res.code == 5, res
+    msg_id = res.err.split("while sending ")[1].split(":")[0]
+    assert f"drover retry {msg_id}" in res.err and "never twice" in res.err
+    assert not alive(pid)
+    stays(lambda: pane.messages() == [], 1.0, what="nothing delivered, and nothing resent by the client")
+    monkeypatch.delenv("DROVER_FAULT")
+    pending = drover_process("log", "--pending", "--json", env={"DROVER_DAEMON": "0"}).json()["data"]["messages"]
+    assert [m["id"] for m in pending] == [msg_id]
+    retried = drover_process("retry", msg_id)
+    assert retried.code == 0 and "delivered" in retried.out, retried
+    wait_for(pane.messages, what="the retried message")
+    stays(lambda: [m.count("exactly once") for m in pane.messages()] == [1], 1.0, what="one copy")
+
+
+def test_a_daemon_killed_after_delivery_reports_it_uncertain_and_retry_finds_it(
+    persistent: Path, tmux: Tmux, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pane = tmux.agent("landed")
+    monkeypatch.setenv("DROVER_FAULT", "before_outcome")
+    assert drover_process("daemon", "start").code == 0
+    res = drover_process("send", pane.address, "it did arrive")
+    assert res.code == 5 and "may or may not have arrived" in res.err, res
+    msg_id = res.err.split("while sending ")[1].split(":")[0]
+    wait_for(pane.messages, what="the delivered message")
+    monkeypatch.delenv("DROVER_FAULT")
+    retried = drover_process("retry", msg_id, "--json")
+    assert retried.code == 0 and "arrived after all" in retried.json()["data"]["detail"], retried
+    stays(lambda: len(pane.messages()) == 1, 1.0, what="no second copy")
+
+
+def test_a_stale_socket_is_replaced(persistent: Path, tmux: Tmux) -> None:
+    tmux.agent("stale")
+    path = sock_path()
+    paths.ensure_dir(os.path.dirname(path))
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(path)
+    dead.close()  # the file stays, nobody listens: a daemon killed -9
+    assert drover_process("ls").code == 0  # runs directly, starts a daemon that takes the socket over
+    assert running()["served"] == 0
+    assert drover_process("ls").code == 0
+    assert status()["served"] == 1
+
+
+# -- over SSH ------------------------------------------------------------------------------------------------------
+
+
+def _restart_sshd(fleet: SSHFleet) -> None:
+    """The hosts restart: every sshd process (listeners and the sessions they serve, so every connection) is killed,
+    then the listeners start again on the same addresses and port."""
+    listeners = {p.pid for p in fleet.procs}
+    sessions = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid in listeners:
+                sessions.append(int(pid))
+    for proc in fleet.procs:
+        proc.kill()
+        proc.wait(timeout=10)
+    for session in sessions:
+        try:
+            os.kill(session, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    configs = sorted((fleet.root / "sshd").glob("sshd_config.*"))
+    fleet.procs = [
+        subprocess.Popen([SSHD, "-D", "-e", "-f", str(c)], stdout=fleet.log, stderr=subprocess.STDOUT) for c in configs
+    ]
+    fleet._wait_listening()
+
+
+def test_one_connection_and_long_lived_helpers_then_a_restarted_host_is_reconnected(
+    sshfleet: SSHFleet, persistent: Path, isolated: Path
+) -> None:
+    pane = remote_agent(sshfleet, "h1", "far", isolated)
+    assert drover_process("daemon", "start").code == 0
+    for i in range(3):
+        res = drover_process("send", "h1:far", f"warm {i}")
+        assert res.code == 0 and "delivered" in res.out, res
+    host = {h["host"]: h for h in status()["hosts"]}["h1"]
+    assert host["connected"] and host["connects"] == 1, host
+    helpers = helper_pids("h1")
+    assert 1 <= len(helpers) <= 8  # kept running between requests, not one per request
+    assert drover_process("status", "h1:far").code == 0
+    assert helper_pids("h1") == helpers
+    _restart_sshd(sshfleet)
+    wait_for(lambda: not {h["host"]: h for h in status()["hosts"]}["h1"]["connected"], what="the daemon to notice")
+    res = drover_process("send", "h1:far", "after the restart")
+    assert res.code == 0 and "delivered" in res.out, res
+    host = {h["host"]: h for h in status()["hosts"]}["h1"]
+    assert host["connected"] and host["connects"] == 2, host
+    wait_for(lambda: len(pane.messages()) == 4, what="four messages")
+    assert [m.count("after the restart") for m in pane.messages()][-1] == 1
