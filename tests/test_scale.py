@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from drover.errors import ExitCode
-from tests.conftest import ROOT
+from tests.conftest import ROOT, Tmux, wait_for
 from tests.sshfleet import SSHD, SSHFleet
 
 HOSTS = 500
@@ -181,3 +181,37 @@ def test_ls_over_500_hosts_holds_at_most_concurrency_connections_and_a_dead_host
     assert sampler.samples > 10, "the sampler saw too little of the run to say anything"
     assert sampler.max_fds <= BASELINE_FDS + CONCURRENCY, f"{sampler.max_fds} descriptors open at once"
     assert sampler.hwm_kib / 1024 <= MAX_RSS_MB, f"peak RSS {sampler.hwm_kib / 1024:.0f} MB"
+
+
+def test_a_listing_reads_each_servers_screens_in_one_tmux_process(tmux: Tmux, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ls and status cost one tmux process per server for the listing and one for every screen, not one per pane;
+    each screen is exactly what capture-pane alone shows; a pane gone mid-listing is its own error, not another's."""
+    from drover.remote import tmux as remote_tmux
+    from drover.remote.protocol import HelperError
+
+    panes = [tmux.start(f"s{i}", f"printf 'this is pane {i}\\n'; exec sleep 600") for i in range(4)]
+    wait_for(lambda: all(f"this is pane {i}" in pane.screen() for i, pane in enumerate(panes)))
+    calls: list[str] = []
+    real = remote_tmux.tmux
+
+    def counted(socket: str, args: list[str], *rest: Any, **kw: Any) -> str:
+        calls.append(args[0])
+        return real(socket, args, *rest, **kw)
+
+    monkeypatch.setattr(remote_tmux, "tmux", counted)
+    listed = remote_tmux.list_panes([])
+    by_session = {p["session_name"]: p for p in listed}
+    assert sorted(by_session) == ["s0", "s1", "s2", "s3"]
+    screens = {name: remote_tmux.screen(p["socket"], p["pane_id"]) for name, p in by_session.items()}
+    assert calls == ["list-panes", "display-message"]  # the listing, then every screen in one sequence
+    for name, p in by_session.items():
+        assert f"this is pane {name[1]}" in screens[name]
+        assert screens[name] == real(p["socket"], ["capture-pane", "-p", "-t", p["pane_id"]])
+
+    # A pane that dies between the listing and its screen: the others still get theirs, it gets its own error.
+    listed = remote_tmux.list_panes([])
+    by_session = {p["session_name"]: p for p in listed}
+    panes[1].tmux("kill-session", "-t", "s1")
+    assert "this is pane 2" in remote_tmux.screen(by_session["s2"]["socket"], by_session["s2"]["pane_id"])
+    with pytest.raises(HelperError):
+        remote_tmux.screen(by_session["s1"]["socket"], by_session["s1"]["pane_id"])
