@@ -165,6 +165,8 @@ class Bench:
             time.sleep(0.1)
 
     def stop(self) -> None:
+        if not hasattr(self, "fleet"):
+            return
         for host in self.fleet.names:  # the ControlMasters this bench opened
             subprocess.run([*self.ssh, *self.cm, "-O", "exit", host], capture_output=True, timeout=10)
         self.tmux_local("kill-server")
@@ -546,10 +548,15 @@ def main() -> int:
         parser.error("--hosts must be at least 2, --repeat at least 1, --events at least 2, --stale and --scale at least 0")
     if os.geteuid() != 0:
         parser.error("the loopback sshd fleet needs root (it listens on 127.0.0.x and sets each host's environment)")
+    if args.hosts > 200:
+        parser.error("--hosts: at most 200 (one loopback address each, 127.0.0.11 up); --scale maps more entries onto them")
+    missing = [tool for tool in ("tmux", "ssh", "sshd") if not shutil.which(tool) and not Path(f"/usr/sbin/{tool}").exists()]
+    if missing:
+        parser.error(f"not installed: {', '.join(missing)} (apt-get install tmux openssh-client openssh-server)")
     load_before = loadavg()
     bench = Bench(args)
-    bench.start()
     try:
+        bench.start()
         bench.help_row()
         bench.local_send()
         bench.remote_send()
@@ -568,3 +575,5 @@ if __name__ == "__main__":
         sys.exit(main())
     except KeyboardInterrupt:
         sys.exit("bench: interrupted")
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        sys.exit(f"bench: {exc}")

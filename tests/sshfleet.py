@@ -48,9 +48,10 @@ class SSHFleet:
         self.user = getpass.getuser()
         self.names = [f"h{i}" for i in range(1, count + 1)]
         # Addresses sshd also listens on but that no known_hosts file lists: for the host-key tests.
-        self.spare = ["127.0.0.21", "127.0.0.22"]
+        # (On 127.0.1.x: hosts take 127.0.0.11 and up, and a fleet of more than 10 would otherwise share them.)
+        self.spare = ["127.0.1.21", "127.0.1.22"]
         # A host with no tmux (nor anything else) on its PATH: for the remote-side error tests.
-        self.bare = "127.0.0.23"
+        self.bare = "127.0.1.23"
         self.procs: list[subprocess.Popen[bytes]] = []
 
     # -- layout ----------------------------------------------------------------------------------------------
