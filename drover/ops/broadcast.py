@@ -15,11 +15,9 @@ broadcast share its id (`broadcast` in each message's options).  A host that can
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import secrets
 import time
 from collections import Counter
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
@@ -30,7 +28,6 @@ from drover.ops.core import Context, Request, Result, op
 from drover.ops.send import MessageRequest, sessions_message
 from drover.ops.sessions import call_host, fan_out_each
 from drover.remote import protocol as P
-from drover.truth import TruthFile
 
 SKIPPED = "skipped"  # a broadcast's own outcome: not sent, because a person is in the middle of something there
 NOT_AGENTS = ("shell",)
@@ -50,41 +47,11 @@ class BroadcastRequest(Request):
     cwd: str | None = Field(None, description="only sessions whose directory matches this glob (/srv/*/api)")
     all: bool = Field(False, description="every agent session of the fleet (required when no other selector is given)")
     actor: str | None = Field(None, description="who is sending (default: $DROVER_ACTOR, else user@host)")
-    via: Literal["auto", "inbox", "tmux"] = Field("auto", description="the lane for each session: auto picks its best")
+    via: Literal["auto", "inbox", "queue", "tmux"] = Field("auto", description="the lane for each session: auto picks its best")
 
 
 def new_broadcast_id() -> str:
     return f"bc_{int(time.time() * 1000):012x}{secrets.token_hex(3)}"
-
-
-class _TaggedTruth(TruthFile):
-    """The truth file, writing the broadcast's id into each message's options (sessions_message builds them)."""
-
-    def __init__(self, home: Any, broadcast: str) -> None:
-        super().__init__(home)
-        self.broadcast = broadcast
-
-    def accept(self, **kwargs: Any) -> tuple[str, dict[str, Any] | None]:
-        kwargs["options"] = {**kwargs["options"], "broadcast": self.broadcast}
-        return super().accept(**kwargs)
-
-
-@dataclass
-class _BroadcastContext(Context):
-    """The caller's Context (its fleet, its connections: the same dict) with the tagged truth file."""
-
-    broadcast: str = ""
-
-    @property
-    def truth(self) -> TruthFile:
-        return _TaggedTruth(self.home, self.broadcast)
-
-
-def _tagged(ctx: Context, broadcast: str) -> Context:
-    _ = ctx.fleet  # loaded once, shared
-    # Every field as the caller's (the same dicts: connections opened or released by either are the other's too).
-    values = {f.name: getattr(ctx, f.name) for f in dataclasses.fields(Context) if f.init}
-    return _BroadcastContext(**values, broadcast=broadcast)
 
 
 def _selected(req: BroadcastRequest, s: dict[str, Any]) -> bool:
@@ -143,10 +110,10 @@ def _not_recorded(host: str, s: dict[str, Any], exc: DroverError) -> dict[str, A
     }
 
 
-async def _send(bctx: Context, req: BroadcastRequest, actor: str, host: str, s: dict[str, Any]) -> dict[str, Any]:
+async def _send(ctx: Context, req: BroadcastRequest, broadcast: str, actor: str, host: str, s: dict[str, Any]) -> dict[str, Any]:
     message = MessageRequest(host=host, id=s["pin"], text=req.text, actor=actor, via=req.via)
     try:
-        result = await sessions_message(bctx, message)
+        result = await sessions_message(ctx, message, tags={"broadcast": broadcast})
     except DroverError as exc:
         return _not_recorded(host, s, exc)
     data = dict(result.data)
@@ -201,14 +168,13 @@ async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
     actor = ctx.who(req.actor)
     hosts = ctx.fleet.select(req.hosts, req.tags)
     broadcast = new_broadcast_id()
-    bctx = _tagged(ctx, broadcast)
     matched = 0
 
     async def one(host: str, s: dict[str, Any]) -> dict[str, Any]:
         if not s.get("human"):
-            return await _send(bctx, req, actor, host, s)
+            return await _send(ctx, req, broadcast, actor, host, s)
         try:
-            return _skip(bctx, broadcast, actor, host, s, req.text)
+            return _skip(ctx, broadcast, actor, host, s, req.text)
         except DroverError as exc:  # the truth file cannot take it: a row of its own, not the host's other rows lost
             return _not_recorded(host, s, exc)
 

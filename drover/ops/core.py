@@ -18,7 +18,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -77,8 +77,11 @@ class OpSpec:
 REGISTRY: dict[str, OpSpec] = {}
 
 
-def op(name: str, request: type[Request], summary: str, cli: str = "") -> Callable[[Handler], Handler]:
-    def register(handler: Handler) -> Handler:
+H = TypeVar("H", bound=Handler)
+
+
+def op(name: str, request: type[Request], summary: str, cli: str = "") -> Callable[[H], H]:
+    def register(handler: H) -> H:
         REGISTRY[name] = OpSpec(name, summary, request, handler, cli)
         return handler
 

@@ -136,13 +136,15 @@ def _result(ctx: Context, msg_id: str, base: dict[str, Any], outcome: dict[str, 
 
 
 @op("sessions.message", MessageRequest, "deliver text to one session, safely, with a record", "drover send")
-async def sessions_message(ctx: Context, req: MessageRequest) -> Result:
+async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, Any] | None = None) -> Result:
+    """`tags`: what a caller inside drover adds to the recorded options (a broadcast's id, a nudge entry)."""
     if not req.text.strip():
         raise EmptyText("the message text is empty", hint="give the text as an argument, or - to read it from stdin")
     fleet = ctx.fleet
     actor = ctx.who(req.actor)
     lim = fleet.limits
     options: dict[str, Any] = {"via": req.via, "expect_engine": req.expect_engine, "as_owner": req.as_owner, "raw": req.raw}
+    options.update(tags or {})
     resolved: dict[str, Any] | None = None
     unresolved: DroverError | None = None
     try:

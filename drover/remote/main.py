@@ -100,7 +100,8 @@ def op_resolve(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     from . import discovery
 
     session = discovery.find(args, profiles, [])
-    out = {"session": discovery.public(session), "identity": discovery.identity(session), "pin": discovery.pin(session)}
+    out: Dict[str, Any] = {"session": discovery.public(session), "identity": discovery.identity(session)}
+    out["pin"] = discovery.pin(session)
     out["matched"] = session.get("_matched")
     out["redirected_from"] = session.get("redirected_from")
     return out
