@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -344,6 +345,47 @@ def test_the_owners_own_words_declare_the_class_the_thread_runs_in(
     # Not allowed on this host: refused before anything is sent.
     code, data = send(cli, f"local:{s.pane}", "the owner again, no relay", "--as-owner")
     assert code == 4 and data["code"] == "owner_relay_off", data
+    s.wait_idle()
+
+
+@pytest.mark.slow
+def test_a_message_left_in_codex_queue_after_esc_is_never_sent_twice(
+    lab: CodexLab, seen: None, cli: Callable[..., CliResult]
+) -> None:
+    """Declined with Esc, the turn ends interrupted and the queued message waits in Codex's queue, the thread idle.
+    `drover retry` must see it there (not in the rollout, not lost) and refuse, or the message would run twice."""
+    s = start(lab, "q-esc")
+    lab.set_control(shell={"command": f"touch {lab.root / 'q-esc-ran'}"})
+    s.submit("please touch it")
+    s.wait_screen(r"Press enter to confirm or esc to cancel")
+    lab.set_control()
+    code, data = send(cli, f"local:{s.pane}", "queued, then the human says no")
+    assert code == 0 and data["outcome"] == "queuedBehindTurn", data
+    s.keys("Escape")
+    s.wait_screen(r"Conversation interrupted")
+    wait_for(lambda: status_type(lab, s.thread_id) == "idle", 15, "the thread to go idle")
+    waiting = codex.queued(str(lab.codex_home), s.thread_id)
+    assert waiting is not None and len(waiting) == 1 and data["id"] in waiting[0]
+    time.sleep(6)  # past the moment drover allows a queued message to reach the record of an idle session
+    res = cli("retry", data["id"], "--json")
+    assert res.code == 4, res.out
+    refused = res.json()["data"]
+    assert refused["code"] == "busy" and "queued" in refused["detail"], refused
+    checked = cli("verify", data["id"], "--json").json()["data"]["messages"][0]
+    assert checked["verified"] is False and "waits in Codex's own queue" in checked["verification"]
+    # a new message to the idle thread waits behind it, and says so
+    code, second = send(cli, f"local:{s.pane}", "a second one, behind it")
+    assert code == 0 and second["outcome"] == "queuedBehindTurn" and "already waiting" in second["detail"], second
+    # the next turn ends, and each runs once
+    s.keys("C-u")
+    s.wait_idle()
+    s.submit("the next prompt")
+    for msg in (data, second):
+        mine = ENVELOPE_OPEN.format(id=msg["id"])
+        wait_for(lambda: any(mine in m for t in rollout_turns(s) for m in t), 30, "the queued message")  # noqa: B023
+        assert sum(m.count(mine) for t in rollout_turns(s) for m in t) == 1
+    assert [m["verified"] for m in cli("verify", data["id"], second["id"], "--json").json()["data"]["messages"]] == [True] * 2
+    assert codex.queued(str(lab.codex_home), s.thread_id) == []
     s.wait_idle()
 
 

@@ -274,3 +274,37 @@ def state(session: Session) -> Session:
         session.update(state="gone", reason="the Codex thread is %s: no app-server has it loaded" % status)
     session["last_line"] = ""
     return session
+
+
+def queued(home: str, thread_id: str) -> Optional[List[str]]:
+    """The texts waiting in Codex's own queue for this thread ($CODEX_HOME/queue_1.sqlite, read-only), or None
+    when it cannot be read.  A message `codex queue` took sits there until a turn of the thread ends -- after an
+    approval dialog is declined with Esc, until the next one does -- so it is neither in the rollout nor lost."""
+    try:
+        import sqlite3
+    except ImportError:  # a Python built without it
+        return None
+    path = os.path.join(home, "queue_1.sqlite")
+    if not os.path.exists(path):
+        return []
+    texts: List[str] = []
+    try:
+        conn = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=2.0)
+        try:
+            rows = conn.execute("SELECT * FROM queued_items").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    for row in rows:
+        if thread_id not in row:
+            continue
+        for value in row:
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            if isinstance(value, str) and value.startswith("{"):
+                try:
+                    texts.append(json.dumps(json.loads(value), ensure_ascii=False))
+                except ValueError:
+                    continue
+    return texts

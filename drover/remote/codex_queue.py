@@ -101,6 +101,9 @@ def deliver(session: Session, payload: str, args: Dict[str, Any]) -> Outcome:
     if binary is None:
         detail = "no `codex` on the TUI's PATH or the helper's on this host: nothing was queued"
         return _outcome(P.FAILED, P.QUEUE_UNAVAILABLE, detail, session)
+    # An idle thread whose queue already holds messages (a turn declined with Esc leaves them there) does not run
+    # a new one at once: it waits behind them for the thread's next turn to end.
+    pending = codex.queued(home, tid) or []
     run_env = dict(os.environ)
     for key in ("HOME", "PATH"):
         if env.get(key):
@@ -146,6 +149,12 @@ def deliver(session: Session, payload: str, args: Dict[str, Any]) -> Outcome:
     status = codex.status_of(thread)
     flags = codex.flags_of(thread)
     extra = {"state": "idle" if status == "idle" else "busy", "queue_id": queued.group(1) if queued else None}
+    if status == "idle" and pending:
+        detail = (
+            "queued with `codex queue` behind %d message(s) already waiting in Codex's queue for the idle thread %s "
+            "(a turn declined with Esc leaves them there): they run when the thread's next turn ends" % (len(pending), tid)
+        )
+        return _outcome(P.QUEUED, None, detail, session, **extra)
     if status == "idle":
         detail = "queued with `codex queue` on the idle thread %s: it runs at once" % tid
         return _outcome(P.DELIVERED, None, detail, session, **extra)

@@ -122,6 +122,8 @@ def op_verify(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         seen["status"], seen["status_since"] = now.get("status"), now.get("statusUpdatedAt")
     else:
         seen["status"] = discovery.with_state(session, profiles).get("state")
+    if seen.get("in_queue"):
+        seen["status"] = "queued"  # on its way in Codex's own queue, however idle the thread looks: never resent
     return seen
 
 

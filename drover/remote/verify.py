@@ -102,6 +102,13 @@ def find(session: Session, args: Dict[str, Any], lane: str) -> Dict[str, Any]:
     hit = _contains(paths, marks, float(args.get("since") or 0))
     if hit:
         return {"found": True, "how": "seen in the receiver's record %s" % hit, "record": hit}
+    if session["engine"] == "codex" and session.get("thread"):
+        from . import codex
+
+        waiting = codex.queued(session.get("_codex_home") or codex.default_home(), session["thread"])
+        if any(m in text for text in waiting or [] for m in marks):
+            how = "it waits in Codex's own queue for thread %s: it runs when a turn of the thread ends" % session["thread"]
+            return {"found": False, "in_queue": True, "how": how}
     return {"found": False, "how": "not in the receiver's record (%d file(s) looked at)" % len(paths)}
 
 
