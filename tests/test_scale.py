@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -124,8 +125,11 @@ def fleet_file(
     return names
 
 
-def drover(fleet: SSHFleet, isolated: Path, *args: str) -> tuple[subprocess.Popen[bytes], bytes, bytes, Sampler]:
-    """drover as a real process (no daemon), watched by a Sampler until it exits."""
+def drover(
+    fleet: SSHFleet, isolated: Path, *args: str, nofile: int | None = None
+) -> tuple[subprocess.Popen[bytes], bytes, bytes, Sampler]:
+    """drover as a real process (no daemon), watched by a Sampler until it exits; `nofile`: its descriptor limit."""
+    limit = None if nofile is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
     env = {
         **os.environ,
         "HOME": str(fleet.client_home),
@@ -135,7 +139,12 @@ def drover(fleet: SSHFleet, isolated: Path, *args: str) -> tuple[subprocess.Pope
     }
     env.pop("SSH_AUTH_SOCK", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "drover", *args, "--json"], env=env, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-m", "drover", *args, "--json"],
+        env=env,
+        cwd=str(ROOT),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=limit,
     )
     sampler = Sampler(proc.pid)
     try:
@@ -156,6 +165,17 @@ def test_fleet_check_past_the_bound_still_reports_each_hosts_connect_time(big_fl
     assert sorted(r["host"] for r in rows) == names
     assert all(r["ok"] and isinstance(r["connect_ms"], float) and r["connect_ms"] > 0 for r in rows), rows
     assert sampler.max_fds <= BASELINE_FDS + 4, f"{sampler.max_fds} descriptors open at once"
+
+
+def test_a_concurrency_beyond_the_descriptor_limit_is_clamped_to_it(big_fleet: SSHFleet, isolated: Path) -> None:
+    """concurrency = 1000 in the fleet file, a process allowed 96 descriptors, 100 hosts: every host answers (none
+    is lost to 'too many open files') and the limit holds."""
+    names = fleet_file(big_fleet, isolated / "fleet.toml", None, hosts=100, concurrency=1000)
+    proc, out, err, sampler = drover(big_fleet, isolated, "ls", "--tag", "scale", nofile=96)
+    assert proc.returncode == 0, (err.decode()[-1000:], out.decode()[-1000:])
+    rows = json.loads(out)["data"]["hosts"]
+    assert sorted(r["host"] for r in rows if r["ok"]) == names
+    assert sampler.max_fds <= 96
 
 
 def test_ls_over_500_hosts_holds_at_most_concurrency_connections_and_a_dead_host_once(

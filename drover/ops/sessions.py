@@ -44,6 +44,17 @@ class ReadRequest(Request):
     raw: bool = Field(False, description="the raw transcript records instead of text")
 
 
+def fd_bound(concurrency: int) -> int:
+    """The fan-out's concurrency as configured, but never more connections than this process may have open: each
+    takes a descriptor (two through a ProxyJump), and a few dozen are drover's own."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return concurrency
+    return max(1, min(concurrency, (soft - 64) // 2))
+
+
 async def fan_out_each(
     ctx: Context, hosts: list[str], work: Callable[[str], Awaitable[Any]]
 ) -> list[tuple[str, Any, DroverError | None]]:
@@ -52,7 +63,7 @@ async def fan_out_each(
     At most `concurrency` hosts are at work at once, and so at most that many connections are open: when the hosts
     outnumber the bound, each host's connection is closed as soon as its work is done (its slot is freed only
     then); when they fit under it, the connections stay open for the op's next request to the same hosts."""
-    concurrency = ctx.fleet.defaults.concurrency
+    concurrency = fd_bound(ctx.fleet.defaults.concurrency)
     limit = asyncio.Semaphore(concurrency)
     keep = len(set(hosts)) <= concurrency
     done = 0
