@@ -131,6 +131,7 @@ def main() -> int:
         size = (home / "truth.jsonl").stat().st_size
         print(f"truth file: {args.events:,} events, {size / 1e6:.0f} MB, written in {time.perf_counter() - t0:.1f}s")
         env = {**os.environ, "DROVER_HOME": str(home), "DROVER_FLEET": str(tmp / "no-fleet.toml"), "PYTHONPATH": str(ROOT)}
+        env["DROVER_DAEMON"] = "0"  # each run its own process, start to end: no daemon answers or is started
         py = [sys.executable]
         commands = [
             ("log -n 20", [*py, "-m", "drover", "log", "-n", "20", "--json"]),
