@@ -167,6 +167,24 @@ def test_fleet_check_past_the_bound_still_reports_each_hosts_connect_time(big_fl
     assert sampler.max_fds <= BASELINE_FDS + 4, f"{sampler.max_fds} descriptors open at once"
 
 
+def test_hosts_behind_a_bastion_go_through_proxyjump_within_the_bound(big_fleet: SSHFleet, isolated: Path) -> None:
+    """Past one network, hosts are reached SSH's own way: 30 hosts through the jump host h2 (each its own tunnel, as
+    OpenSSH's ProxyJump makes), at most `concurrency` of them at once -- two descriptors each, tunnel included."""
+    names = fleet_file(big_fleet, isolated / "fleet.toml", None, hosts=30, concurrency=4)
+    text = (isolated / "fleet.toml").read_text().replace('tags = ["scale"]', 'tags = ["scale"]\nproxy_jump = "h2"')
+    (isolated / "fleet.toml").write_text(text)
+    proc, out, err, sampler = drover(big_fleet, isolated, "ls", "--tag", "scale")
+    assert proc.returncode == 0, err.decode()[-2000:]
+    rows = json.loads(out)["data"]["hosts"]
+    assert sorted(r["host"] for r in rows if r["ok"]) == names
+    assert sampler.max_fds <= BASELINE_FDS + 2 * 4, f"{sampler.max_fds} descriptors open at once"
+    # The jump is really taken: h1 forwards nothing, so through it every host fails, each with its own row.
+    (isolated / "fleet.toml").write_text(text.replace('proxy_jump = "h2"', 'proxy_jump = "h1"'))
+    proc, out, err, sampler = drover(big_fleet, isolated, "ls", "--tag", "scale")
+    assert proc.returncode == 5, err.decode()[-2000:]
+    assert sorted(e["host"] for e in json.loads(out)["errors"] if "via h1" in e["message"]) == names
+
+
 def test_a_concurrency_beyond_the_descriptor_limit_is_clamped_to_it(big_fleet: SSHFleet, isolated: Path) -> None:
     """concurrency = 1000 in the fleet file, a process allowed 96 descriptors, 100 hosts: every host answers (none
     is lost to 'too many open files') and the limit holds."""
