@@ -199,7 +199,7 @@ class NudgeEntry(_Strict):
     retry: str = Field("1m", description="after an attempt that did not deliver (refused, failed), try again this much later")
     actor: str | None = None
     quiet_hours: str | None = Field(None, description="HH:MM-HH:MM, local time here: nothing is sent then")
-    via: Literal["auto", "inbox", "tmux"] = "auto"
+    via: Literal["auto", "inbox", "queue", "tmux"] = "auto"
     create_if_missing: bool = False
     engine: str | None = Field(None, description="with create_if_missing: the engine a new session runs")
     cwd: str | None = Field(None, description="with create_if_missing: the directory a new session starts in")

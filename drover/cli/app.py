@@ -89,6 +89,7 @@ ActorOpt = Annotated[
 ]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="show tracebacks for internal errors", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the op's JSON document instead of a table")]
+VIA_HELP = "lane: auto (inbox for Claude, queue for a Codex thread, else tmux), inbox, queue, or tmux"
 
 
 def common(fleet: str | None = None, actor: str | None = None, debug: bool = False) -> None:

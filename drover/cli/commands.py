@@ -10,7 +10,21 @@ from typing import Annotated, Any
 import typer
 
 from drover.cli import render
-from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, app, common, finish, guard_app, log_app, read_text, run, state
+from drover.cli.app import (
+    VIA_HELP,
+    ActorOpt,
+    DebugOpt,
+    FleetOpt,
+    JsonOpt,
+    app,
+    common,
+    finish,
+    guard_app,
+    log_app,
+    read_text,
+    run,
+    state,
+)
 from drover.cli.app import target as parse_target
 from drover.errors import UsageError
 
@@ -67,7 +81,7 @@ def status(
 def send(
     target: TargetArg,
     text: Annotated[str, typer.Argument(help="the message, or - to read it from stdin (after --, a text may start with -)")],
-    via: Annotated[str, typer.Option("--via", help="lane: auto (inbox for Claude, else tmux), inbox, or tmux")] = "auto",
+    via: Annotated[str, typer.Option("--via", help=VIA_HELP)] = "auto",
     expect_engine: Annotated[str | None, typer.Option("--expect-engine", help="refuse unless the pane runs this engine")] = None,
     as_owner: Annotated[
         bool, typer.Option("--as-owner", help="these are the owner's own words: declare the target's permission class")

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from drover.cli import render
-from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, app, common, finish, read_text, run
+from drover.cli.app import VIA_HELP, ActorOpt, DebugOpt, FleetOpt, JsonOpt, app, common, finish, read_text, run
 
 HostOpt = Annotated[list[str] | None, typer.Option("--host", "-H", help="only this host (repeatable)")]
 TagOpt = Annotated[list[str] | None, typer.Option("--tag", "-t", help="only hosts with this tag (repeatable)")]
@@ -25,7 +25,7 @@ def broadcast(
     name: Annotated[str | None, typer.Option("--name", help="only sessions whose name matches this glob")] = None,
     cwd: Annotated[str | None, typer.Option("--cwd", help="only sessions whose directory matches this glob")] = None,
     all_: Annotated[bool, typer.Option("--all", help="every agent session of the fleet (needed without a selector)")] = False,
-    via: Annotated[str, typer.Option("--via", help="lane: auto (inbox for Claude, else tmux), inbox, or tmux")] = "auto",
+    via: Annotated[str, typer.Option("--via", help=VIA_HELP)] = "auto",
     as_json: JsonOpt = False,
     fleet: FleetOpt = None,
     actor: ActorOpt = None,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from drover.cli import render
-from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, app, common, read_text, run
+from drover.cli.app import VIA_HELP, ActorOpt, DebugOpt, FleetOpt, JsonOpt, app, common, read_text, run
 from drover.cli.app import target as parse_target
 from drover.errors import UsageError
 
@@ -29,7 +29,7 @@ def nudge(
     engine: Annotated[str | None, typer.Option("--engine", "-e", help="with --create-if-missing: what to start")] = None,
     cwd: Annotated[str | None, typer.Option("--cwd", help="with --create-if-missing: where (absolute or ~/...)")] = None,
     name: Annotated[str | None, typer.Option("--name", help="with --create-if-missing: its name (default: ID)")] = None,
-    via: Annotated[str, typer.Option("--via", help="lane: auto (inbox for Claude, else tmux), inbox, or tmux")] = "auto",
+    via: Annotated[str, typer.Option("--via", help=VIA_HELP)] = "auto",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="run: say what is due, send nothing")] = False,
     entry: Annotated[list[str] | None, typer.Option("--entry", help="run: only this entry (repeatable)")] = None,
     wait: Annotated[float, typer.Option("--wait", help="run: seconds to wait for another run's lock")] = 50.0,
