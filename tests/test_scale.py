@@ -253,3 +253,34 @@ def test_a_listing_reads_each_servers_screens_in_one_tmux_process(tmux: Tmux, mo
     assert "this is pane 2" in remote_tmux.screen(by_session["s2"]["socket"], by_session["s2"]["pane_id"])
     with pytest.raises(HelperError):
         remote_tmux.screen(by_session["s1"]["socket"], by_session["s1"]["pane_id"])
+
+
+def test_engine_detection_reads_a_panes_process_tree_not_the_whole_machine(tmux: Tmux) -> None:
+    """Where the kernel lists each thread's children, a look at a pane reads that pane's process tree and nothing
+    else; what it finds is what a scan of every process finds, for every process on the machine."""
+    from drover.remote import procs
+    from drover.remote.profiles import merge_profiles
+
+    if not procs.children_listed():
+        pytest.skip("this kernel does not list /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN)")
+    profiles = merge_profiles(None)
+    agent = tmux.agent("deep")
+    shell = tmux.start("nested", "sh -c 'sleep 600; true'")
+
+    def root(pane: Any) -> int:
+        return int(pane.tmux("display-message", "-p", "-t", pane.id, "#{pane_pid}").strip())
+
+    full = procs.proc_table(scan=True)
+    lazy = procs.proc_table()
+    # Every process of this test's tmux server (others' come and go on a shared machine between two looks).
+    ours, queue = [], [int(agent.tmux("display-message", "-p", "#{pid}").strip())]
+    while queue:
+        ours.append(queue.pop())
+        queue += full.children(ours[-1])
+    assert len(ours) >= 4  # the server, the agent, sh, sleep
+    for pid in ours:
+        assert procs.detect_engine(pid, lazy, profiles) == procs.detect_engine(pid, full, profiles), pid
+    assert procs.detect_engine(root(agent), procs.proc_table(), profiles) == ("demo", agent.pid)
+    one = procs.proc_table()
+    assert procs.detect_engine(root(shell), one, profiles) == ("shell", root(shell))
+    assert 0 < len(one) <= 3 < len(full)  # sh and sleep, not the machine

@@ -10,16 +10,31 @@ INTERPRETERS = re.compile(r"^(node|nodejs|bun|deno|npx|python[0-9.]*|pypy[0-9.]*
 
 
 class ProcTable(Dict[int, Tuple[int, str]]):
-    """pid -> (ppid, command name) for every process we can see, read once per discovery.
+    """pid -> (ppid, command name), for engine detection: which processes run under a pane, and their argv.
 
-    One file per process (its stat); a process's argv is read only when engine detection asks for it (the
-    processes under a pane, not the whole machine), and the parent -> children map is built once per table,
-    not once per pane."""
+    Where the kernel lists each thread's children (/proc/PID/task/TID/children, Linux 3.5+ with
+    CONFIG_PROC_CHILDREN, as Debian, Ubuntu and Fedora build it), the table is lazy: a pane's process tree is read
+    from its root down, a few files per process under the pane, and nothing of the rest of the machine.  Elsewhere
+    it is one pass over /proc, one stat per process, and the parent -> children map built once.  Either way a
+    process's argv is read only when detection asks for it."""
 
-    def __init__(self) -> None:
+    def __init__(self, lazy: bool = False) -> None:
         super().__init__()
+        self.lazy = lazy
         self._argv = {}  # type: Dict[int, List[str]]
         self._children = None  # type: Optional[Dict[int, List[int]]]
+        self._kids = {}  # type: Dict[int, List[int]]
+
+    def __contains__(self, pid: object) -> bool:
+        if super().__contains__(pid):
+            return True
+        if not self.lazy or not isinstance(pid, int):
+            return False
+        entry = _stat_entry(pid)
+        if entry is None:
+            return False
+        self[pid] = entry
+        return True
 
     def argv(self, pid: int) -> List[str]:
         if pid not in self._argv:
@@ -30,6 +45,10 @@ class ProcTable(Dict[int, Tuple[int, str]]):
         return self._argv[pid]
 
     def children(self, pid: int) -> List[int]:
+        if self.lazy:
+            if pid not in self._kids:
+                self._kids[pid] = _children_of(pid)
+            return self._kids[pid]
         if self._children is None:
             self._children = {}
             for child, (ppid, _comm) in self.items():
@@ -39,26 +58,61 @@ class ProcTable(Dict[int, Tuple[int, str]]):
         return self._children.get(pid, [])
 
 
-def proc_table() -> ProcTable:
-    """Every process we can see: one pass over /proc, one read of each process's stat."""
+def _stat_entry(pid: Any) -> Optional[Tuple[int, str]]:
+    """(ppid, command name) from /proc/PID/stat, or None if it is gone."""
+    try:
+        with open("/proc/%s/stat" % pid, "rb") as f:
+            stat = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    close = stat.rfind(")")
+    rest = stat[close + 1 :].split()
+    if len(rest) < 2:
+        return None
+    return int(rest[1]), stat[stat.find("(") + 1 : close]
+
+
+def _children_of(pid: int) -> List[int]:
+    """A process's children, as every one of its threads lists them."""
+    kids = set()  # type: Set[int]
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return []
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
+                kids.update(int(k) for k in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return sorted(kids)
+
+
+_LAZY = []  # type: List[bool]
+
+
+def children_listed() -> bool:
+    """Does this kernel list each thread's children?  Asked once per process."""
+    if not _LAZY:
+        _LAZY.append(os.path.exists("/proc/self/task/%d/children" % os.getpid()))
+    return _LAZY[0]
+
+
+def proc_table(scan: bool = False) -> ProcTable:
+    """The processes engine detection may look at: lazily, a pane's tree at a time, where the kernel lists each
+    thread's children; else (or with `scan`) every process we can see, one stat each."""
+    if children_listed() and not scan:
+        return ProcTable(lazy=True)
     table = ProcTable()
     try:
         names = os.listdir("/proc")
     except OSError:
         return table
     for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name, "rb") as f:
-                stat = f.read().decode("utf-8", "replace")
-        except OSError:
-            continue
-        close = stat.rfind(")")
-        rest = stat[close + 1 :].split()
-        if len(rest) < 2:
-            continue
-        table[int(name)] = (int(rest[1]), stat[stat.find("(") + 1 : close])
+        if name.isdigit():
+            entry = _stat_entry(name)
+            if entry is not None:
+                table[int(name)] = entry
     return table
 
 
