@@ -105,6 +105,11 @@ def test_first_use_starts_a_daemon_that_serves_the_next_commands(persistent: Pat
     bad = drover_process("send", pane.address, "")
     assert bad.code == 2 and bad.err.startswith("drover: "), bad
     assert status()["served"] == 4
+    # Shell completion of a send completes; it is never sent to the daemon to run.
+    words = {"_DROVER_COMPLETE": "complete_bash", "COMP_WORDS": "drover send lo", "COMP_CWORD": "2"}
+    assert drover_process("send", "lo", env=words).out.split() == ["local:"]
+    assert status()["served"] == 4
+    stays(lambda: len(pane.messages()) == 2, 0.5, what="nothing sent by a completion")
 
 
 def test_the_hot_path_imports_only_the_standard_library(persistent: Path, tmux: Tmux) -> None:
@@ -297,6 +302,12 @@ def test_a_stale_socket_is_replaced(persistent: Path, tmux: Tmux) -> None:
 # -- over SSH ------------------------------------------------------------------------------------------------------
 
 
+def fleet_helpers(fleet: SSHFleet, host: str) -> list[int]:
+    """The helpers running on one host of *this* fleet (other fleets on the machine name their hosts h1 too)."""
+    home = f"HOME={fleet.host_home(host)}".encode()
+    return [pid for pid in helper_pids(host) if home in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")]
+
+
 def _restart_sshd(fleet: SSHFleet) -> None:
     """The hosts restart: every sshd process (listeners and the sessions they serve, so every connection) is killed,
     then the listeners start again on the same addresses and port."""
@@ -335,10 +346,10 @@ def test_one_connection_and_long_lived_helpers_then_a_restarted_host_is_reconnec
         assert res.code == 0 and "delivered" in res.out, res
     host = {h["host"]: h for h in status()["hosts"]}["h1"]
     assert host["connected"] and host["connects"] == 1, host
-    helpers = helper_pids("h1")
+    helpers = fleet_helpers(sshfleet, "h1")
     assert 1 <= len(helpers) <= 8  # kept running between requests, not one per request
     assert drover_process("status", "h1:far").code == 0
-    assert helper_pids("h1") == helpers
+    assert fleet_helpers(sshfleet, "h1") == helpers
     _restart_sshd(sshfleet)
     wait_for(lambda: not {h["host"]: h for h in status()["hosts"]}["h1"]["connected"], what="the daemon to notice")
     res = drover_process("send", "h1:far", "after the restart")

@@ -101,8 +101,8 @@ def _isatty(stream: object) -> bool:
 
 def run(argv: list[str]) -> int | None:
     """Run the command through the daemon: its exit code, or None to run it directly."""
-    if not enabled():
-        return None
+    if not enabled() or "_DROVER_COMPLETE" in os.environ:
+        return None  # shell completion is click's, from this process's environment: never a command to run
     command, rest = command_of(argv)
     if command not in HOT:
         return None

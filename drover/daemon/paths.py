@@ -61,7 +61,9 @@ def environment(env: os._Environ[str] | dict[str, str] | None = None) -> dict[st
 def identity(env: dict[str, str]) -> dict[str, str]:
     """The environment plus what the code is: another interpreter or another checkout is another daemon."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return {**env, "": f"{sys.executable}\0{package}"}
+    # The environment (venv) and the real interpreter: `drover` (#!.../bin/python3) and `python -m drover`
+    # (.../bin/python) are the same program and must find the same daemon.
+    return {**env, "": f"{sys.prefix}\0{os.path.realpath(sys.executable)}\0{package}"}
 
 
 def key(ident: dict[str, str]) -> str:
