@@ -271,7 +271,7 @@ def run_request(request: Request) -> None:
     out, err = Out(request, "stdout"), Out(request, "stderr")
     try:
         if request.cwd is not None:
-            if not _own_cwd():
+            if not _own_cwd():  # checked at start (Daemon.own_cwd): this does not happen
                 raise RuntimeError("cannot give the request its own working directory")
             os.chdir(request.cwd)
         LOCAL.stdout, LOCAL.stderr, LOCAL.stdin = out, err, In(request)
@@ -424,6 +424,15 @@ def context_class() -> type:
 # -- the daemon --------------------------------------------------------------------------------------------------
 
 
+def _probe(check: Callable[[], bool]) -> bool:
+    """`check()` run in a throwaway thread (unsharing changes the thread that does it)."""
+    result: list[bool] = []
+    thread = threading.Thread(target=lambda: result.append(check()), daemon=True)
+    thread.start()
+    thread.join(5)
+    return bool(result and result[0])
+
+
 def _peer_uid(sock: socket.socket) -> int:
     cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return int(struct.unpack("3i", cred)[1])
@@ -461,6 +470,7 @@ class Daemon:
         self.stopping: asyncio.Event | None = None
         self.inode: int | None = None
         self._context_class: type | None = None
+        self.own_cwd = _probe(_own_cwd)  # where threads cannot have their own directory, no request is taken
         from drover.fleet import find_path
 
         self._fleet_path = str(find_path(None)[0])
@@ -563,6 +573,8 @@ class Daemon:
             return f"protocol {msg.get('v')!r}, the daemon speaks {wire.VERSION}"
         if msg.get("env") != self.env:
             return "the caller's environment differs from the daemon's"
+        if not self.own_cwd:
+            return "requests cannot have their own working directory here (no unshare(CLONE_FS))"
         if self.stopping is not None and self.stopping.is_set():
             return "the daemon is stopping"
         if _sources() != self.sources:
