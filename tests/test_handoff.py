@@ -4,6 +4,7 @@ never while the named session lives, never past a generation drover cannot see, 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -142,7 +143,7 @@ def test_a_newer_generation_that_cannot_be_seen_stops_the_search(tmux: Tmux, cli
     )
     gone(ocean)
     res = cli("--fleet", str(fleet), "send", "local:ocean", "where did the work go?")
-    assert res.code == 6, res.err
+    assert res.code == 5, res.err  # the dark host's own failure (a script may retry), not "no such session'
     assert "cannot see generation 3" in res.err and "dark:ocean-3" in res.err
     assert ocean2.messages() == []
 
@@ -172,3 +173,77 @@ def test_a_former_name_finds_its_session_only_when_no_live_session_bears_it() ->
     other = session("cccc3333", "ocean-3", ["ocean"])
     assert discovery.resolve("ocean", [other, live]) is live
     assert "redirected_from" not in live
+
+
+def test_an_ambiguous_name_is_never_taken_for_a_gone_one(tmux: Tmux, cli: Any) -> None:
+    """Two live sessions bear the name: an ambiguity (exit 6, the candidates), not a redirect to the successor."""
+    worker, worker2 = tmux.agent("worker"), tmux.agent("worker2")
+    assert cli("handoff", "local:worker", "local:worker2").code == 0
+    twin = tmux.agent("worker", server="other")
+    res = cli("send", "local:worker", "which worker?")
+    assert res.code == 6 and "2 sessions" in res.err, res.err
+    assert worker2.messages() == [] and worker.messages() == [] and twin.messages() == []
+
+
+def test_a_live_first_generation_named_by_a_prefix_keeps_its_mail(tmux: Tmux, cli: Any) -> None:
+    """A chain recorded from a live session keeps its messages while that session lives, however it was named."""
+    main, reef = tmux.agent("ocean-main"), tmux.agent("reef")
+    # `ocean` only prefixes ocean-main: the handoff is recorded from the name, which no session bears.
+    res = cli("handoff", "local:ocean", "local:reef", "--json")
+    assert res.code == 0 and res.json()["data"]["old_live"] is False, res.out
+    code, doc = send(cli, "local:ocean", "to the name ocean")
+    assert code == 0 and doc["data"]["redirected_from"] == "local:ocean" and doc["data"]["session"]["name"] == "reef"
+    # Handed over by its full name while it lives: its own messages stay its own.
+    assert cli("handoff", "local:ocean-main", "local:reef").code == 0
+    code, doc = send(cli, "local:ocean-main", "to ocean-main itself")
+    assert code == 0 and "redirected_from" not in doc["data"], doc
+    wait_for(lambda: any("ocean-main itself" in m for m in main.messages()), what="ocean-main kept its mail")
+    assert not any("ocean-main itself" in m for m in reef.messages())
+
+
+def test_a_handoff_from_a_host_that_is_down_is_recorded_by_name(tmux: Tmux, cli: Any, isolated: Path) -> None:
+    fleet = isolated / "fleet.toml"
+    fleet.write_text('[defaults]\nconnect_timeout = 2.0\n[hosts.dark]\nssh = "127.0.0.1"\nport = 1\n', encoding="utf-8")
+    tmux.agent("rescue")
+    res = cli("--fleet", str(fleet), "handoff", "dark:worker", "local:rescue", "--json")
+    assert res.code == 0, res.err
+    data = res.json()["data"]
+    assert data["from"] == {"host": "dark", "ref": "worker"} and data["old_live"] is False
+    # A successor on a host that is down cannot be checked: refused, nothing recorded.
+    before = len(truth_events(isolated, "handoff"))
+    res = cli("--fleet", str(fleet), "handoff", "local:rescue", "dark:worker-2")
+    assert res.code == 5 and len(truth_events(isolated, "handoff")) == before
+
+
+def test_nudge_follows_the_chain_and_never_a_stranger_the_name_prefixes(tmux: Tmux, cli: Any, isolated: Path) -> None:
+    foo, bar = tmux.agent("foo"), tmux.agent("bar")
+    assert cli("handoff", "local:foo", "local:bar").code == 0
+    gone(foo)
+    log = isolated / "foobaz.jsonl"  # a stranger in a directory of its own (no shared_cwd with bar)
+    stranger = tmux.start("foobaz", f"sh -c 'cd / && exec {sys.executable} -m drover.demo_agent --log {log}'", "other")
+    stranger.log = log
+    stranger.wait_idle()
+    res = cli("nudge", "local:foo", "status?", "--json")
+    assert res.code == 0, res.err
+    data = res.json()["data"]
+    assert data["redirected_from"] == "local:foo" and data["session"]["name"] == "bar"
+    wait_for(lambda: any("status?" in m for m in bar.messages()), what="bar got the nudge")
+    assert stranger.messages() == []
+    accepted = next(e for e in truth_events(isolated, "accepted") if e["id"] == data["id"])
+    assert accepted["options"]["nudge"] is True and accepted["options"]["addressed"] == "local:foo"
+
+
+def test_a_long_chain_is_followed_and_shown_by_its_ends(tmux: Tmux, cli: Any) -> None:
+    from drover.truth import TruthFile
+
+    last = tmux.agent("gen-70")
+    truth = TruthFile()
+    for i in range(69):
+        new = {"host": "local", "ref": f"gen-{i + 1}", "name": f"gen-{i + 1}"}
+        if i == 68:
+            new.update(pin=last.address, identity=f"tmux:{last.server}/{last.id}@{last.pid}")
+        truth.append({"v": 1, "event": "handoff", "ts": time.time(), "from": {"host": "local", "ref": f"gen-{i}"}, "to": new})
+    code, doc = send(cli, "local:gen-0", "from the start of a long chain")
+    assert code == 0 and doc["data"]["session"]["name"] == "gen-70", doc
+    shown = cli("handoff", "--show", "local:gen-0", "--json")
+    assert shown.code == 0 and len(shown.json()["data"]["chain"]) == 70

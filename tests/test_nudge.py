@@ -289,7 +289,8 @@ def test_a_refused_scheduled_nudge_is_tried_again_at_retry_not_at_every(
     tmux: Tmux, isolated: Path, monkeypatch: Any, cli: Any
 ) -> None:
     pane = tmux.agent("retry")
-    write_fleet(isolated, monkeypatch, entry("local:retry", "when you can", every="1d", retry="2s"))
+    # retry long enough that a loaded machine gets from the refusal to the next looks within it
+    write_fleet(isolated, monkeypatch, entry("local:retry", "when you can", every="1d", retry="8s"))
     make_busy(pane)
     res = cli("nudge", "run")
     assert res.code == 0 and "refused" in res.err and "generating" in res.err, res.err
@@ -298,7 +299,8 @@ def test_a_refused_scheduled_nudge_is_tried_again_at_retry_not_at_every(
     assert cli("nudge", "run").out == ""  # not due again yet: no second refusal
     os.kill(pane.pid, signal.SIGUSR2)
     pane.wait_idle()
-    wait_for(lambda: cli("nudge", "run", "--dry-run", "--json").json()["data"]["due"] == 1, what="the retry to be due")
+    due = lambda: cli("nudge", "run", "--dry-run", "--json").json()["data"]["due"] == 1  # noqa: E731
+    wait_for(due, timeout=30, interval=0.5, what="the retry to be due")
     res = cli("nudge", "run", "--json")
     assert res.code == 0 and res.json()["data"]["sent"] == 1, res.out
     wait_for(pane.messages, what="the nudge")

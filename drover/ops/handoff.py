@@ -14,12 +14,12 @@ clear failure that shows the chain.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import Field
 
-from drover.errors import DroverError, InvalidRequest, TargetError
+from drover.errors import DroverError, InvalidRequest, TargetError, UsageError
 from drover.fleet import LOCAL
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.sessions import call_host
@@ -27,7 +27,7 @@ from drover.record import now_iso
 from drover.remote import protocol as P
 
 # A chain longer than this is a loop that slipped past the checks, or a mistake: stop and say so.
-MAX_GENERATIONS = 64
+MAX_GENERATIONS = 1000
 
 
 class HandoffRequest(Request):
@@ -111,16 +111,24 @@ def chain_from(ctx: Context, host: str, ref: str) -> list[Generation]:
     if first is None:
         return []
     chain = [first]
-    while len(chain) <= MAX_GENERATIONS:
+    while True:
         step = next((new for old, new, _ev in events if old.is_(chain[-1])), None)
         if step is None or any(step.is_(g) for g in chain):
-            break  # the end, or a loop (refused when recorded; stop here all the same)
+            return chain  # the end, or a loop (refused when recorded; stop here all the same)
+        if len(chain) == MAX_GENERATIONS:
+            raise TargetError(
+                f"the handoff chain of {host}:{ref} is longer than {MAX_GENERATIONS} generations: {show(chain, {})}, and more",
+                code=P.HANDOFF_BROKEN,
+                hint="record a handoff from the name you use to the newest generation directly",
+            )
         chain.append(step)
-    return chain
 
 
 def show(chain: list[Generation], live: dict[int, str]) -> str:
-    return " → ".join(f"{g.label()} [{live.get(i, 'not checked')}]" for i, g in enumerate(chain))
+    shown = [f"{g.label()} [{live.get(i, 'not checked')}]" for i, g in enumerate(chain)]
+    if len(shown) > 8:  # a long chain: its ends, which are what a reader acts on
+        shown = [*shown[:3], f"… {len(shown) - 6} more …", *shown[-3:]]
+    return " → ".join(shown)
 
 
 async def _alive(ctx: Context, g: Generation) -> tuple[dict[str, Any] | None, str]:
@@ -138,37 +146,82 @@ async def _alive(ctx: Context, g: Generation) -> tuple[dict[str, Any] | None, st
     return resolved, "live"
 
 
-async def follow(ctx: Context, host: str, ref: str) -> tuple[Generation, dict[str, Any], list[Generation]] | None:
-    """For a target that resolved to no live session: (the newest live generation, its resolve answer, the chain),
-    or None when `ref` handed nothing over.  Raises HANDOFF_BROKEN, showing the chain, when no generation lives.
+async def follow(ctx: Context, host: str, ref: str) -> tuple[Generation, dict[str, Any], list[Generation], bool] | None:
+    """For a target that no live session bears by name: (the generation the message goes to, its resolve answer,
+    the chain, whether that is a redirect), or None when `ref` handed nothing over.
 
-    Newest first, and a generation whose host cannot be asked stops the search: an older live generation is not
-    the one the work went to, so drover does not deliver there when it cannot see the newer one."""
+    The named generation first: if it is live (as itself), the message is its own -- never redirected away.  Then
+    newest first; a generation whose host cannot be asked stops the search with that host's error (an older live
+    generation is not where the work went, so drover does not deliver there when it cannot see the newer one).
+    No generation live: HANDOFF_BROKEN, showing the chain."""
     chain = chain_from(ctx, host, ref)
     if len(chain) < 2:
         return None
-    live: dict[int, str] = {0: "gone"}
-    for i in range(len(chain) - 1, 0, -1):
+    live: dict[int, str] = {}
+    for i in [0, *range(len(chain) - 1, 0, -1)]:
         try:
             resolved, why = await _alive(ctx, chain[i])
         except DroverError as exc:
             live[i] = f"cannot tell: {exc.code}"
-            raise TargetError(
+            exc.message = (
                 f"{host}:{ref} is gone and handed its work over, but drover cannot see generation {i + 1} of its "
-                f"chain ({exc.message}): {show(chain, live)}",
-                code=P.HANDOFF_BROKEN,
-                hint="retry when that host answers; drover will not deliver to an older generation instead",
-                details={"chain": [g.to_dict() for g in chain]},
-            ) from None
+                f"chain ({exc.message}): {show(chain, live)}"
+            )
+            exc.hint = "retry when that host answers; drover will not deliver to an older generation instead"
+            exc.details["chain"] = [g.to_dict() for g in chain]
+            raise
         live[i] = why
         if resolved is not None:
-            return chain[i], resolved, chain
+            return chain[i], resolved, chain, i > 0
     raise TargetError(
         f"{host}:{ref} is gone and so is every session it handed its work to: {show(chain, live)}",
         code=P.HANDOFF_BROKEN,
         hint="`drover ls` shows the live sessions; `drover handoff` records a new successor",
         details={"chain": [g.to_dict() for g in chain]},
     )
+
+
+@dataclass
+class Addressed:
+    """Where a message addressed to HOST:REF goes: the host and resolve answer, or the error; and the redirect."""
+
+    host: str
+    answer: dict[str, Any] | None = None
+    error: DroverError | None = None
+    redirect: dict[str, Any] = field(default_factory=dict)  # {} or {"redirected_from", "handoff_chain"}
+
+
+def _no_name(error: DroverError | None, answer: dict[str, Any] | None) -> bool:
+    """No live session bears the name: nothing found, or only sessions the name is a prefix of."""
+    if error is not None:
+        return error.code == P.SESSION_NOT_FOUND or (
+            error.code == P.AMBIGUOUS_SESSION and error.details.get("matched") == "prefix"
+        )
+    return answer is not None and answer.get("matched") == "prefix"
+
+
+async def address(ctx: Context, host: str, ref: str) -> Addressed:
+    """Resolve HOST:REF as a send does: the live session that bears the name; else, when the name handed its work
+    over, the newest live generation of its chain (a redirect, said so); else what resolving said (a unique prefix
+    match, or the error).  Used by every op that delivers to one named session (send, nudge)."""
+    answer: dict[str, Any] | None = None
+    error: DroverError | None = None
+    try:
+        answer = await call_host(ctx, host, "resolve", {"target": ref})
+    except DroverError as exc:
+        error = exc
+    if _no_name(error, answer):
+        try:
+            hop = await follow(ctx, host, ref)
+        except DroverError as exc:
+            return Addressed(host, None, exc)
+        if hop is not None:
+            generation, resolved, chain, redirected = hop
+            redirect = {"redirected_from": f"{host}:{ref}", "handoff_chain": [g.to_dict() for g in chain]}
+            return Addressed(generation.host, resolved, None, redirect if redirected else {})
+    if answer is not None and answer.get("redirected_from"):  # a name it bore before (Claude's formerNames)
+        return Addressed(host, answer, None, {"redirected_from": f"{host}:{ref}", "handoff_chain": []})
+    return Addressed(host, answer, error)
 
 
 @op("sessions.handoff", HandoffRequest, "record that a session handed its work to a successor", "drover handoff")
@@ -179,12 +232,12 @@ async def sessions_handoff(ctx: Context, req: HandoffRequest) -> Result:
     new = await call_host(ctx, to_host, "resolve", {"target": req.to})  # the successor must be live: raises if not
     try:
         old: dict[str, Any] | None = await call_host(ctx, req.host, "resolve", {"target": req.id})
-    except TargetError as exc:
-        if exc.code != P.SESSION_NOT_FOUND:
-            raise
-        old = None  # it may have exited already: the handoff is recorded by the name it had
-    if old is not None and old.get("redirected_from"):
-        old = None  # that name now finds another session by a former name: record the name only
+    except DroverError as exc:
+        if isinstance(exc, UsageError) or (isinstance(exc, TargetError) and not _no_name(exc, None)):
+            raise  # ambiguous by name, or a bad request: say so rather than record a guess
+        old = None  # exited already, or its host is down (the likeliest reason for a handoff): recorded by name
+    if old is not None and old.get("matched") not in ("id", "name"):
+        old = None  # no session bears that name (it only prefixes one, or was another's former name): by name
     old_side, new_side = _side(req.host, req.id, old), _side(to_host, req.to, new)
     if old is not None and old["identity"] == new["identity"]:
         raise InvalidRequest(f"{req.host}:{req.id} and {to_host}:{req.to} are the same session: nothing to hand over")
@@ -225,18 +278,11 @@ async def sessions_chain(ctx: Context, req: ChainRequest) -> Result:
         except DroverError as exc:
             why = f"cannot tell: {exc.message}"
         rows.append({**g.to_dict(), "live": why == "live", "state": why})
-    # Where a message to this name would go now: a live session that bears it, else the newest live generation.
-    try:
-        here = await call_host(ctx, req.host, "resolve", {"target": req.id})
-    except TargetError as exc:
-        if exc.code not in (P.SESSION_NOT_FOUND, P.AMBIGUOUS_SESSION):
-            raise
-        here = None
-    if here is not None and here.get("matched") in ("id", "name"):
-        goes_to: dict[str, Any] | None = {**_side(req.host, req.id, here), "redirected": False}
-    elif len(rows) > 1:
-        newest = next((r for r in reversed(rows[1:]) if r["live"]), None)
-        goes_to = {**newest, "redirected": True} if newest else None
-    else:
-        goes_to = {**_side(req.host, req.id, here), "redirected": True} if here else None
+    # Where a message to this name would go now, found exactly as a send finds it.
+    where = await address(ctx, req.host, req.id)
+    goes_to: dict[str, Any] | None = None
+    if where.answer is not None:
+        goes_to = {**_side(where.host, req.id, where.answer), "redirected": bool(where.redirect)}
+    elif where.error is not None:
+        return Result({"host": req.host, "id": req.id, "chain": rows, "delivers_to": None, "error": where.error.to_dict()})
     return Result({"host": req.host, "id": req.id, "chain": rows, "delivers_to": goes_to})

@@ -187,6 +187,27 @@ def _decided(ctx: Context, base: dict[str, Any], text: str, outcome: dict[str, A
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")  # what drover spawn takes as a name
 
 
+async def _occupied(ctx: Context, req: NudgeRequest) -> dict[str, Any] | None:
+    """--create-if-missing into a directory another live session already works in: the new session would make
+    every later nudge to either of them a `shared_cwd` refusal.  Refused before anything starts.  (Only an
+    absolute --cwd is compared: `~/…` is expanded on the host, by spawn.)"""
+    here = _place(req.cwd) if req.cwd and req.cwd.startswith("/") else None
+    if here is None:
+        return None
+    listing = await call_host(ctx, req.host, "list", {"state": False})
+    others = [s for s in listing.get("sessions", []) if _live(s) and _place(s.get("cwd")) == here]
+    if not others:
+        return None
+    names = ", ".join(f"{s.get('name')} ({s.get('engine')} {s.get('id')})" for s in others[:5])
+    why = (
+        f"{req.host}:{req.id} is not live, and starting it in {here} would put it beside {names}: every nudge to "
+        "either would then be refused (shared_cwd); nudge that session, or start this one in a directory of its own"
+    )
+    refusal = _refusal(P.SHARED_CWD, why)
+    refusal["sharing"] = [{k: s.get(k) for k in ("id", "server", "name", "engine")} for s in others]
+    return refusal
+
+
 async def _create(ctx: Context, req: NudgeRequest, actor: str, base: dict[str, Any]) -> Result:
     """--create-if-missing, the session not being live: spawn it with the nudge's text as its brief.  drover spawn
     delivers the brief through sessions_message once the session is ready (recorded as `spawn_briefed`)."""
@@ -221,18 +242,48 @@ async def nudge(ctx: Context, req: NudgeRequest) -> Result:
             "--create-if-missing needs --engine and --cwd: what to start, and where, if the session is not live",
             hint="e.g. drover nudge box-a:webapp 'status?' --create-if-missing --engine claude --cwd ~/webapp",
         )
+    if req.create_if_missing and not req.name and not NAME.match(req.id):
+        raise InvalidRequest(
+            f"--create-if-missing needs --name here: {req.id!r} cannot name a new session, so the next nudge to it "
+            "would not find the one this starts (and would start another)",
+            hint="e.g. --name webapp; then nudge HOST:webapp",
+        )
     actor = ctx.who(req.actor)
     base: dict[str, Any] = {"host": req.host, "target": req.id, "actor": actor, "nudge": True}
-    session, refusal = await look(ctx, req.host, req.id)
+    # The session the name means, as a send finds it: the live one that bears it, else (a name that handed its
+    # work over) the newest live generation of its chain -- never a stranger that the name merely prefixes.
+    from drover.ops.handoff import address
+
+    where = await address(ctx, req.host, req.id)
+    session: dict[str, Any] | None
+    refusal: dict[str, Any] | None
+    if where.error is not None:
+        if where.error.code in (P.SESSION_NOT_FOUND, P.HANDOFF_BROKEN):
+            why = where.error.message if where.error.code == P.HANDOFF_BROKEN else f"no session {req.id!r} on {req.host}"
+            why += ": a nudge never starts one (--create-if-missing does)"
+            session, refusal = None, _refusal(P.NOT_LIVE, why)
+        else:
+            session, refusal = None, _failure(where.error)
+    else:
+        assert where.answer is not None
+        base["host"] = where.host
+        session, refusal = await look(ctx, where.host, where.answer["pin"])
     if refusal is not None and refusal.get("code") == P.NOT_LIVE and req.create_if_missing:
+        if (occupied := await _occupied(ctx, req)) is not None:
+            return _decided(ctx, base, req.text, occupied)
         return await _create(ctx, req, actor, base)
     if refusal is not None:
         return _decided(ctx, base, req.text, refusal)
     assert session is not None
-    sent = await sessions_message(ctx, MessageRequest(host=req.host, id=_pin(session), text=req.text, actor=actor, via=req.via))
+    tags: dict[str, Any] = {"nudge": True, "addressed": f"{req.host}:{req.id}", **where.redirect}
+    tags.pop("handoff_chain", None)
+    message = MessageRequest(host=where.host, id=_pin(session), text=req.text, actor=actor, via=req.via)
+    sent = await sessions_message(ctx, message, tags=tags)
     data = dict(sent.data or {})
     data["nudge"] = True
     data["addressed"] = req.id  # what the caller typed; `target` is the session that was checked, pinned
+    if where.redirect:
+        data.update(where.redirect)
     data["checked"] = {"state": session.get("state"), "cwd": session.get("cwd")}
     if data.get("outcome") == P.QUEUED and session.get("state") == "idle":
         data["raced"] = True

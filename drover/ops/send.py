@@ -147,33 +147,22 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
     options.update(tags or {})
     resolved: dict[str, Any] | None = None
     unresolved: DroverError | None = None
+    host, redirect = req.host, {}  # where it goes, and (after a handoff) where it was addressed
     try:
         cfg = fleet.host(req.host)
         options["raw"] = req.raw or req.id in cfg.raw
-        # Which session is it, really?  Limits count by identity, and the delivery is pinned to this one.
-        resolved = await call_host(ctx, req.host, "resolve", {"target": req.id})
     except DroverError as exc:
         unresolved, cfg = exc, None  # nothing was sent: recorded as provably failed below
-    host, redirect = req.host, {}  # where it goes, and (after a handoff) where it was addressed
-    gone = unresolved is not None and unresolved.code in (P.SESSION_NOT_FOUND, P.AMBIGUOUS_SESSION)
-    if gone or (resolved is not None and resolved.get("matched") == "prefix"):
-        # No live session bears that name (a prefix of others' names is not a name): did it hand its work over?
-        # Only then -- a message is never redirected away from a session that is live under the name it was sent to.
-        from drover.ops.handoff import follow
+    if unresolved is None:
+        # Which session is it, really?  Limits count by identity, and the delivery is pinned to this one.  A name
+        # no live session bears may have handed its work over: then the newest live generation, said so.
+        from drover.ops.handoff import address
 
-        try:
-            hop = await follow(ctx, req.host, req.id)
-        except DroverError as exc:
-            resolved, unresolved = None, exc  # a chain with no live generation: not a prefix's stranger instead
-        else:
-            if hop is not None:
-                generation, resolved, chain = hop
-                host, cfg, unresolved = generation.host, fleet.host(generation.host), None
-                redirect = {"redirected_from": f"{req.host}:{req.id}", "handoff_chain": [g.to_dict() for g in chain]}
+        where = await address(ctx, req.host, req.id)
+        host, resolved, unresolved, redirect = where.host, where.answer, where.error, where.redirect
+        cfg = fleet.host(host) if resolved is not None else None
     if resolved is not None:
         options.update(identity=resolved["identity"], pin=resolved["pin"], receiver_msg_id=str(uuid.uuid4()))
-        if resolved.get("redirected_from") and not redirect:  # found by a name it bore before (Claude's formerNames)
-            redirect = {"redirected_from": f"{req.host}:{req.id}", "handoff_chain": []}
         if redirect:
             options["redirected_from"] = redirect["redirected_from"]
     owner_ok = bool(req.as_owner and cfg is not None and cfg.owner_relay)

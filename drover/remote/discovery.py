@@ -136,6 +136,7 @@ def resolve(target: str, sessions: List[Session]) -> Session:
                 AMBIGUOUS_SESSION,
                 "%r %s %d sessions: %s" % (target, how, len(hits), ", ".join(brief(s) for s in hits[:10])),
                 candidates=[{"id": s["id"], "server": s["server"], "name": s["name"]} for s in hits],
+                matched=MATCHED[tier],  # "prefix": no session bears that name (a handoff chain may start there)
             )
     known = ", ".join(brief(s) for s in sessions[:8]) or "none"
     raise HelperError(SESSION_NOT_FOUND, "no session %r on this host (sessions here: %s)" % (target, known))

@@ -1,0 +1,38 @@
+"""--create-if-missing where it must not start anything: a directory another live session works in, and an ID
+that could never name the session it would start (every later nudge would start another)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Tmux
+from tests.test_nudge import records, spawnable_fleet
+
+
+def test_not_into_a_directory_another_live_session_works_in(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch, cli: Any
+) -> None:
+    spawnable_fleet(isolated, monkeypatch)
+    resident = tmux.agent("resident")  # the Tmux fixture starts its panes in the test's directory
+    create = ("--create-if-missing", "--engine", "demo", "--cwd", str(isolated))
+    res = cli("nudge", "local:newcomer", "start here", *create, "--json")
+    assert res.code == 4, res.out + res.err
+    data = res.json()["data"]
+    assert data["code"] == "shared_cwd" and "resident" in data["detail"]
+    assert records(isolated, "spawn_requested") == [] and resident.messages() == []
+    # Recorded as a refused nudge, like the other refusals.
+    assert cli("log", "--json").json()["data"]["messages"][0]["code"] == "shared_cwd"
+
+
+def test_an_id_that_cannot_name_a_new_session_needs_a_name(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch, cli: Any
+) -> None:
+    spawnable_fleet(isolated, monkeypatch)
+    where = isolated / "elsewhere"
+    where.mkdir()
+    res = cli("nudge", "local:%99", "hello", "--create-if-missing", "--engine", "demo", "--cwd", str(where))
+    assert res.code == 2 and "--name" in res.err
+    assert records(isolated, "spawn_requested") == []
