@@ -14,7 +14,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -234,19 +233,18 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 60) -> CliResult:
 
 
 def test_a_daemon_killed_mid_request_falls_back_for_a_wait(persistent: Path, tmux: Tmux) -> None:
-    pane = tmux.agent("waiter")
+    pane = tmux.agent("waiter", "default", "--busy-after-message", "6")
+    assert drover_process("send", pane.address, "keep busy", env={"DROVER_DAEMON": "0"}).code == 0
     assert drover_process("daemon", "start").code == 0
     pid = status()["pid"]
-    waiting = _background("wait", pane.address, "--until", "exited", "--timeout", "60")
+    waiting = _background("wait", pane.address, "--until", "idle", "--timeout", "60")
     wait_for(lambda: status()["active"] == 1, what="the wait to run in the daemon")
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not alive(pid), what="the daemon to die")
-    # The client runs the wait itself (waiting changes nothing: running it again is harmless) ...
-    time.sleep(1.0)
-    pane.tmux("kill-pane", "-t", pane.id)
+    # The client runs the wait itself (waiting changes nothing: running it again is harmless), and it ends as a
+    # direct wait does, once the agent is idle again.
     done = _finish(waiting)
-    # ... and it ends as a direct wait would: the session exited.
-    assert done.code == 0 and "is exited" in done.out, done
+    assert done.code == 0 and "is idle" in done.out and done.err == "", done
+    assert not alive(pid)
 
 
 def test_a_daemon_killed_mid_send_is_never_resent(persistent: Path, tmux: Tmux, monkeypatch: pytest.MonkeyPatch) -> None:
