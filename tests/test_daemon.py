@@ -356,3 +356,26 @@ def test_one_connection_and_long_lived_helpers_then_a_restarted_host_is_reconnec
     assert host["connected"] and host["connects"] == 2, host
     wait_for(lambda: len(pane.messages()) == 4, what="four messages")
     assert [m.count("after the restart") for m in pane.messages()][-1] == 1
+
+
+def test_the_daemon_refuses_what_the_front_would_not_send_it(persistent: Path, isolated: Path) -> None:
+    """It never widens what a request may do: only the hot commands, only from its own environment and version."""
+    from drover.daemon import client
+    from drover.daemon import protocol as wire
+
+    assert drover_process("daemon", "start").code == 0
+    env = paths.environment()
+
+    def ask(**request: Any) -> dict[str, Any]:
+        with client.connect(sock_path()) as sock:
+            base = {"t": "run", "v": wire.VERSION, "argv": ["ls"], "cwd": str(isolated), "env": env, "tty": {}}
+            sock.sendall(wire.encode({**base, **request}))
+            return dict(wire.decode(sock.makefile("rb").readline()))
+
+    assert ask(argv=["daemon", "stop"])["t"] == "refuse"
+    assert ask(argv=["fleet", "add", "box", "--ssh", "box"])["t"] == "refuse"
+    assert ask(env={**env, "DROVER_HOME": str(isolated / "someone-elses")})["t"] == "refuse"
+    assert ask(v=wire.VERSION + 1)["t"] == "refuse"
+    assert ask()["t"] == "started"
+    assert status()["served"] == 1
+    assert not (isolated / "config" / "drover" / "fleet.toml").exists()

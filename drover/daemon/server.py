@@ -573,6 +573,11 @@ class Daemon:
             return f"protocol {msg.get('v')!r}, the daemon speaks {wire.VERSION}"
         if msg.get("env") != self.env:
             return "the caller's environment differs from the daemon's"
+        from drover.daemon.client import HOT, command_of
+
+        argv = msg.get("argv")
+        if not isinstance(argv, list) or command_of([str(a) for a in argv])[0] not in HOT:
+            return "the daemon runs only the hot commands (send, ls, status, wait, op, read, log)"
         if not self.own_cwd:
             return "requests cannot have their own working directory here (no unshare(CLONE_FS))"
         if self.stopping is not None and self.stopping.is_set():
