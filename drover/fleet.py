@@ -18,11 +18,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from drover.errors import ConfigError, FleetInvalid, UnknownHost, UsageError
 
 LOCAL = "local"
-HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")  # \Z: `$` would let a final newline through
 # The interpreter's path as the remote bootstrap accepts it (drover/transport/bundle.py): it is run unquoted by
 # whatever login shell the host has, so only characters no shell treats specially, and `~/` for the home.
-PYTHON_PATH = re.compile(r"^(~/)?[A-Za-z0-9_./+-]+$")
+PYTHON_PATH = re.compile(r"^(~/)?[A-Za-z0-9_./+-]+\Z")
 MAX_BYTES = 16 << 20  # a fleet file is a few KB; anything this large is not one
+# The longest duration any key of the fleet may hold: a year and a day.  Longer ones overflow the clock arithmetic
+# of whatever uses them (a `[[nudge]] every = "999999999999d"` made every `drover nudge run` crash).
+MAX_DURATION_S = 366 * 86400.0
+# Characters no path drover passes on may hold: C0 controls (newline, CR, ESC, ...), DEL, C1 controls, and the
+# Unicode line and paragraph separators (a line break to Python's splitlines).
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class _Strict(BaseModel):
@@ -44,8 +50,8 @@ class HostConfig(_Strict):
     raw: list[str] = Field(
         default_factory=list, description="sessions (as addressed) that run no agent but may get raw text at a shell prompt"
     )
-    connect_timeout: float | None = Field(None, gt=0)
-    request_timeout: float | None = Field(None, gt=0)
+    connect_timeout: float | None = Field(None, gt=0, le=MAX_DURATION_S)
+    request_timeout: float | None = Field(None, gt=0, le=MAX_DURATION_S)
     trusted: list[str] = Field(
         default_factory=list,
         description="folders (and their subfolders) `drover spawn` pre-trusts in the engine's own settings file",
@@ -53,6 +59,13 @@ class HostConfig(_Strict):
     spawn_server: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="the tmux server (as tmux -L) spawned sessions start in"
     )
+
+    @field_validator("trusted")
+    @classmethod
+    def _trusted(cls, folders: list[str]) -> list[str]:
+        for folder in folders:
+            place(folder, "the trusted folder")
+        return folders
 
     @field_validator("ssh")
     @classmethod
@@ -146,24 +159,26 @@ class Limits(_Strict):
     max_chars: int = Field(1_048_576, ge=1)
     bucket_size: int = Field(30, ge=1)
     bucket_refill_per_s: float = Field(0.5, ge=0)
-    duplicate_window_s: float = Field(30.0, ge=0)
+    duplicate_window_s: float = Field(30.0, ge=0, le=MAX_DURATION_S)
 
 
 class Defaults(_Strict):
     actor: str | None = None
-    connect_timeout: float = Field(10.0, gt=0)
-    request_timeout: float = Field(30.0, gt=0)
+    connect_timeout: float = Field(10.0, gt=0, le=MAX_DURATION_S)
+    request_timeout: float = Field(30.0, gt=0, le=MAX_DURATION_S)
     concurrency: int = Field(64, ge=1)
-    settle_s: float = Field(3.0, ge=0)
-    receipt_wait_s: float = Field(1.5, ge=0)
+    settle_s: float = Field(3.0, ge=0, le=MAX_DURATION_S)
+    receipt_wait_s: float = Field(1.5, ge=0, le=MAX_DURATION_S)
     # Persistent mode (drover/daemon/): read by the stdlib front with tomllib before it starts a daemon.
     daemon: bool = Field(True, description="start a per-user daemon on first use, keeping SSH connections warm")
-    daemon_idle_s: float = Field(600.0, gt=0, description="seconds a daemon with nothing to do waits before exiting")
+    daemon_idle_s: float = Field(
+        600.0, gt=0, le=MAX_DURATION_S, description="seconds a daemon with nothing to do waits before exiting"
+    )
 
 
 DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])")
 DURATION_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-QUIET_HOURS = re.compile(r"^\s*([01]?\d|2[0-3]):([0-5]\d)\s*-\s*([01]?\d|2[0-3]):([0-5]\d)\s*$")
+QUIET_HOURS = re.compile(r"^\s*([01]?\d|2[0-3]):([0-5]\d)\s*-\s*([01]?\d|2[0-3]):([0-5]\d)\s*\Z")
 
 
 def duration_s(value: str) -> float:
@@ -175,11 +190,23 @@ def duration_s(value: str) -> float:
     seconds = sum(float(n) * DURATION_UNITS[unit] for n, unit in parts)
     if seconds <= 0:
         raise ValueError(f"{value!r} is no time at all: give a duration above zero")
+    if not seconds <= MAX_DURATION_S:  # also inf, from a number too long for a float
+        raise ValueError(f"{value!r} is longer than drover takes: at most 366d")
     return seconds
 
 
+def place(value: str, what: str) -> str:
+    """A directory as the fleet names it on a host: absolute, or ~ / ~/... (the host's home), on one line.  A
+    relative one would be taken relative to wherever drover happens to run."""
+    if CONTROL_CHARS.search(value):
+        raise ValueError(f"{what} {value!r} holds a control character (a newline, ESC, ...): no directory drover uses may")
+    if not (value.startswith("/") or value == "~" or value.startswith("~/")):
+        raise ValueError(f"{what} {value!r} is not an absolute path: write /path or ~/path (the host's home)")
+    return value
+
+
 def quiet_minutes(value: str) -> tuple[int, int]:
-    """"22:00-07:00" as minutes after midnight (start, end); the span may cross midnight."""
+    """ "22:00-07:00" as minutes after midnight (start, end); the span may cross midnight."""
     m = QUIET_HOURS.match(value)
     if not m:
         raise ValueError(f"{value!r} is not a span of hours: write it like 22:00-07:00 (24-hour clock, local time)")
@@ -224,6 +251,11 @@ class NudgeEntry(_Strict):
         duration_s(value)
         return value
 
+    @field_validator("cwd")
+    @classmethod
+    def _cwd(cls, value: str | None) -> str | None:
+        return value if value is None else place(value, "the directory")
+
     @field_validator("quiet_hours")
     @classmethod
     def _quiet(cls, value: str | None) -> str | None:
@@ -267,7 +299,7 @@ class Fleet(_Strict):
             if entry.key in seen:
                 raise ValueError(
                     f"[[nudge]] entries {seen[entry.key]} and {number} are both {entry.key!r}: their last sends would be "
-                    "one; give each a distinct name = \"...\""
+                    'one; give each a distinct name = "..."'
                 )
             seen[entry.key] = number
         return entries

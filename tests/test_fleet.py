@@ -328,3 +328,52 @@ def test_fleet_check_shows_the_shell_step_and_the_warnings(cli: Any, capsys: pyt
     render.fleet_check(failed)
     out, err = capsys.readouterr()
     assert out.splitlines()[1].split()[:6] == ["box-a", "yes", "yes", "yes", "NO", "-"]
+
+
+@pytest.mark.parametrize(
+    "body, where, words",
+    [
+        # A duration past any clock: every later `drover nudge run` crashed on it.
+        ('[[nudge]]\ntarget = "a:b"\ntext = "x"\nevery = "999999999999d"\n', "fleet.toml:4: nudge.0.every", "at most 366d"),
+        (
+            '[[nudge]]\ntarget = "a:b"\ntext = "x"\nevery = "1h"\nretry = "1' + "0" * 400 + 's"\n',
+            "fleet.toml:5: nudge.0.retry",
+            "366d",
+        ),
+        ("[defaults]\nsettle_s = 1e12\n", "fleet.toml:2: defaults.settle_s", "less than or equal"),
+        ("[defaults]\ndaemon_idle_s = inf\n", "fleet.toml:2: defaults.daemon_idle_s", "less than or equal"),
+        ("[limits]\nduplicate_window_s = 1e300\n", "fleet.toml:2: limits.duplicate_window_s", "less than or equal"),
+        ("[hosts.a]\nconnect_timeout = inf\n", "fleet.toml:2: hosts.a.connect_timeout", "less than or equal"),
+        ("[hosts.a]\nrequest_timeout = 4e7\n", "fleet.toml:2: hosts.a.request_timeout", "less than or equal"),
+        # A relative trusted folder resolved against drover's own directory: from /, every folder was pre-trusted.
+        ('[hosts.a]\ntrusted = [""]\n', "fleet.toml:2: hosts.a.trusted", "not an absolute path"),
+        ('[hosts.a]\ntrusted = ["/ok", "relative"]\n', "fleet.toml:2: hosts.a.trusted", "'relative' is not an absolute"),
+        ('[hosts.a]\ntrusted = ["~user/x"]\n', "fleet.toml:2: hosts.a.trusted", "not an absolute path"),
+        ('[hosts.a]\ntrusted = ["/w/nl\\ndir"]\n', "fleet.toml:2: hosts.a.trusted", "control character"),
+        (
+            '[[nudge]]\ntarget = "a:b"\ntext = "x"\nevery = "1h"\ncreate_if_missing = true\nengine = "claude"\ncwd = "webapp"\n',
+            "fleet.toml:7: nudge.0.cwd",
+            "not an absolute path",
+        ),
+        # `$` matches before a final newline: these passed as valid names and paths.
+        ('[hosts."box\\n"]\nssh = "a"\n', "hosts", "host name 'box\\n'"),
+        ('[hosts.a]\npython = "python3\\n"\n', "fleet.toml:2: hosts.a.python", "only letters"),
+        ('[hosts.a]\nspawn_server = "srv\\n"\n', "fleet.toml:2: hosts.a.spawn_server", "pattern"),
+    ],
+)
+def test_values_past_what_drover_can_use_are_refused_with_their_line(tmp_path: Path, body: str, where: str, words: str) -> None:
+    with pytest.raises(FleetInvalid) as info:
+        fleet_mod.parse(body, tmp_path / "fleet.toml")
+    assert len(info.value.problems) == 1, info.value.problems
+    assert where in info.value.problems[0] and words in info.value.problems[0], info.value.problems
+
+
+def test_the_longest_durations_and_home_relative_folders_are_still_fine(tmp_path: Path) -> None:
+    body = (
+        '[defaults]\nrequest_timeout = 31622400\n[hosts.a]\ntrusted = ["/", "~", "~/work"]\n'
+        '[[nudge]]\ntarget = "a:b"\ntext = "x"\nevery = "366d"\nretry = "365d23h59m60s"\n'
+        'create_if_missing = true\nengine = "claude"\ncwd = "~/webapp"\n'
+    )
+    fleet = fleet_mod.parse(body, tmp_path / "fleet.toml")
+    assert fleet.hosts["a"].trusted == ["/", "~", "~/work"] and fleet.nudge[0].cwd == "~/webapp"
+    assert fleet_mod.duration_s(fleet.nudge[0].every) == fleet_mod.MAX_DURATION_S
