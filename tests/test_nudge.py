@@ -572,3 +572,47 @@ def test_a_run_killed_mid_send_never_sends_twice(tmux: Tmux, isolated: Path, mon
         wait_for(pane.messages, what="the retried nudge")
         assert cli("nudge", "run").out == ""
         stays(lambda: len(pane.messages()) == 1, what="exactly one copy")
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (entry("local:x", "hi", every="999999999999d"), "fleet.toml:4: nudge.0.every: '999999999999d' is longer than"),
+        (entry("local:x", "hi", retry="99999999999999h"), "fleet.toml:5: nudge.0.retry: '99999999999999h' is longer than"),
+        (entry("local:x", "hi") + entry("local:y", "hi", every="367d"), "fleet.toml:9: nudge.1.every: '367d' is longer than"),
+        (
+            entry("local:x", "hi", create_if_missing="true", engine="claude", cwd="webapp"),
+            "fleet.toml:7: nudge.0.cwd: the directory 'webapp' is not an absolute path",
+        ),
+    ],
+)
+def test_an_entry_past_what_a_run_can_use_is_refused_when_the_fleet_is_loaded(
+    tmux: Tmux, isolated: Path, monkeypatch: Any, cli: Any, body: str, expected: str
+) -> None:
+    """A huge `every` used to crash every later `drover nudge run` (OverflowError, exit 1), blocking every entry."""
+    body = body.replace('create_if_missing = "true"', "create_if_missing = true")
+    write_fleet(isolated, monkeypatch, body)
+    for args in (["nudge", "run"], ["nudge", "run", "--dry-run"]):
+        res = cli(*args)
+        assert res.code == 7, res.err
+        assert expected in res.err and "Traceback" not in res.err, res.err
+    assert records(isolated) == []
+
+
+def test_nudge_run_with_a_text_is_a_usage_error_not_a_nudge_to_a_session_named_run(
+    tmux: Tmux, isolated: Path, monkeypatch: Any, cli: Any
+) -> None:
+    """`drover nudge run jj` meant "run entry jj", and was delivered as the text "jj" to `runner` (a prefix of it)."""
+    runner = tmux.agent("runner")
+    write_fleet(isolated, monkeypatch, entry("local:runner", "scheduled", name="jj"))
+    for args in (["nudge", "run", "jj"], ["nudge", "run", "jj", "--json"], ["nudge", "run", "-"]):
+        res = cli(*args, stdin="jj\n")
+        assert res.code == 2, (args, res.out, res.err)
+        said = res.err + res.out
+        assert "drover nudge run takes no text" in said and "--entry NAME" in said and "local:run" in said, said
+    stays(lambda: runner.messages() == [], what="nothing sent to runner")
+    assert records(isolated) == []
+    # What was meant works, and a session named run is reached as local:run.
+    meant = cli("nudge", "run", "--entry", "jj", "--json")
+    assert meant.code == 0 and meant.json()["data"]["sent"] == 1, meant.out
+    wait_for(runner.messages, what="the entry's nudge")

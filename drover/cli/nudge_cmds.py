@@ -47,7 +47,14 @@ def nudge(
     prints nothing when nothing was due. (A session named `run` is `local:run`.)
     """
     common(fleet, actor, debug)
-    if target == RUN and text is None:
+    if target == RUN and text is not None:
+        # `drover nudge run jj` means the schedule's entry jj far more often than a session named run.
+        raise UsageError(
+            f"drover nudge run takes no text (got {text!r})",
+            hint="--entry NAME picks entries (drover nudge run --entry NAME); a session named run is local:run "
+            "(drover nudge local:run TEXT)",
+        )
+    if target == RUN:
         if create_if_missing or engine or cwd or name or via != "auto":
             raise UsageError(
                 "drover nudge run takes its targets and options from the [[nudge]] entries",
