@@ -152,6 +152,7 @@ def test_bad_input_is_one_line_with_its_exit_code_and_starts_nothing(tmux: Any, 
         (["--engine", "gpt9", "--cwd", str(isolated)], 2, "does not know how to start engine 'gpt9'"),
         (["--engine", "demo", "--cwd", str(isolated), "--name", "taken"], 2, "already"),
         (["--engine", "demo", "--cwd", str(isolated), "--name", "a:b"], 2, "letters, digits"),
+        (["--engine", "demo", "--cwd", str(isolated), "--name", "nl\n"], 2, "letters, digits"),  # `$` let it through
         (["--engine", "demo", "--cwd", str(isolated), "--brief", "  "], 2, "the brief is empty"),
     ]
     for args, code, words in cases:
@@ -184,18 +185,34 @@ def test_without_a_name_it_is_named_after_its_directory_and_engine(tmux: Any, is
     assert [r["name"] for r in cli("--fleet", str(fleet), "spawns", "--json").json()["data"]["spawns"]] == [name]
 
 
-def test_a_brief_the_limits_refuse_leaves_the_session_ready_and_says_so(tmux: Any, isolated: Path, cli: Any) -> None:
+def test_a_brief_the_limits_refuse_is_refused_before_anything_starts(tmux: Any, isolated: Path, cli: Any) -> None:
+    """An oversize brief used to be found out only once the session was up: spawned, refused, left unbriefed."""
     fleet = isolated / "fleet.toml"
-    fleet_with(fleet, {"demo": f'command = "{demo_template(isolated)}"'}, "[limits]\nmax_chars = 200\n")
-    res = cli("--fleet", str(fleet), "spawn", "local", "--engine", "demo", "--cwd", str(isolated), "--name", "big",
-              "--brief", "x" * 300, "--json")  # fmt: skip
-    assert res.code == 4, res.err
-    doc = res.json()
-    assert doc["data"]["state"] == "ready" and doc["data"]["brief"]["code"] == "too_large"
-    assert doc["errors"][0]["code"] == "too_large" and "is ready but its brief was refused" in doc["errors"][0]["message"]
-    assert events(isolated / "big.jsonl") and not [e for e in events(isolated / "big.jsonl") if e["type"] == "message"]
+    fleet_with(fleet, {"demo": f'command = "{demo_template(isolated)}"'}, "[limits]\nmax_chars = 400\n")
+    # 300 characters fit the limit alone, not with the snapshot in front of them: counted as the send counts them.
+    for n, brief in enumerate(("x" * 500, "y" * 300)):
+        res = cli("--fleet", str(fleet), "spawn", "local", "--engine", "demo", "--cwd", str(isolated), "--name", f"big{n}",
+                  "--brief", brief, "--json")  # fmt: skip
+        assert res.code == 4, res.err + res.out
+        doc = res.json()
+        assert doc["data"] is None and doc["errors"][0]["code"] == "too_large", doc
+        assert "before the session was started" in doc["errors"][0]["message"]
+        assert not (isolated / f"big{n}.jsonl").exists()  # the demo agent never ran
+    assert not Path(rspawn.socket_path("default")).exists()  # no tmux server, so no session
     rows = cli("--fleet", str(fleet), "spawns", "--json").json()["data"]["spawns"]
-    assert [(r["state"], r["brief_outcome"]) for r in rows] == [("ready", "refused")]
+    assert [(r["name"], r["state"], r["code"], r["brief_outcome"]) for r in rows] == [
+        ("big0", "failed", "too_large", "refused"),
+        ("big1", "failed", "too_large", "refused"),
+    ]
+    # Recorded like a refused message: the brief is in the log under the spawn's name, with its refusal.
+    log = cli("--fleet", str(fleet), "log", "--json").json()["data"]["messages"]
+    assert [(m["id"], m["target"], m["outcome"], m["code"]) for m in log] == [
+        (r["brief_msg"], r["name"], "refused", "too_large") for r in rows
+    ]
+    # A brief that fits still goes: the check is the limit, not a new one.
+    ok = cli("--fleet", str(fleet), "spawn", "local", "--engine", "demo", "--cwd", str(isolated), "--name", "fits",
+             "--brief", "z" * 50, "--json")  # fmt: skip
+    assert ok.code == 0, ok.err + ok.out
 
 
 def test_a_template_with_an_unknown_placeholder_is_an_invalid_fleet(isolated: Path, cli: Any) -> None:
@@ -490,3 +507,195 @@ def test_codex_in_a_pretrusted_folder_is_briefed_and_an_untrusted_repository_wai
     assert listed == {"cx-pre": "idle", "cx-new": "dialog"}
     assert str(other) not in tomllib.loads((lab.codex_home / "config.toml").read_text())["projects"]
     assert not any("never typed" in t for turn in lab.turns() for t in lab.inputs_of(turn))
+
+
+# -- hostile directories, settings files and records ---------------------------------------------------------------
+
+CONTROL = {"newline": "\n", "cr": "\r", "esc": "\x1b", "del": "\x7f", "c1": "\x9b", "tab": "\t", "ls": "\u2028"}
+
+
+def test_a_cwd_with_a_control_character_is_refused_before_anything_starts_or_is_written(
+    tmux: Any, isolated: Path, cli: Any
+) -> None:
+    """A newline in the directory was written raw into Codex's config.toml (which then no longer parsed) and started
+    a session discovery could not see; every control character is refused up front now."""
+    work = isolated / "work"
+    config = isolated / "codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text('model = "m"\n')
+    fleet = isolated / "fleet.toml"
+    spawn = f'command = "{demo_template(isolated)}"\ntrust_file = {json.dumps(str(config))}'
+    fleet_with(fleet, {"codex": spawn}, f"[hosts.local]\ntrusted = [{json.dumps(str(work))}]\n")
+    for label, ch in CONTROL.items():
+        cwd = work / f"nl{ch}dir"
+        cwd.mkdir(parents=True)
+        res = cli("--fleet", str(fleet), "spawn", "local", "--engine", "codex", "--cwd", str(cwd), "--name", f"cc-{label}",
+                  "--brief", "go")  # fmt: skip
+        assert res.code == 2, (label, res.err)
+        assert "control character" in one_line_error(res), label
+    assert config.read_text() == 'model = "m"\n'  # nothing pre-trusted
+    assert not Path(rspawn.socket_path("default")).exists()  # no tmux server was ever started
+    assert cli("--fleet", str(fleet), "spawns", "--json").json()["data"]["spawns"] == []  # refused before the record
+    # The helper refuses it too, for a request that did not come through the op (a symlink leading to such a name).
+    with pytest.raises(rspawn.HelperError) as info:
+        rspawn._cwd(str(work / "nl\ndir"))
+    assert info.value.code == "bad_request"
+    (isolated / "link").symlink_to(work / "nl\x1bdir")
+    with pytest.raises(rspawn.HelperError):
+        rspawn._cwd(str(isolated / "link"))
+
+
+def test_the_codex_writer_escapes_control_characters_and_keeps_line_separators(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('note = "a\u2028b\x85c"\n')  # raw in a TOML string: allowed, and a line break to splitlines()
+    assert rspawn.trust_codex("/w/nl\ndir\x1b", str(path)) is True
+    data = tomllib.loads(path.read_text())
+    assert data == {"note": "a\u2028b\x85c", "projects": {"/w/nl\ndir\x1b": {"trust_level": "trusted"}}}
+    assert rspawn.trust_codex("/w/nl\ndir\x1b", str(path)) is False  # its own header is found again
+    assert tomllib.loads(path.read_text()) == data
+
+
+def test_pretrust_writes_through_a_symlinked_settings_file(tmp_path: Path) -> None:
+    """~/.claude.json as a dotfile manager's symlink: the file it points to is updated, the link stays a link."""
+    dotfiles, home = tmp_path / "dotfiles", tmp_path / "home"
+    dotfiles.mkdir()
+    home.mkdir()
+    for writer, name, original in (
+        (rspawn.trust_claude, ".claude.json", '{"hasCompletedOnboarding": true}\n'),
+        (rspawn.trust_codex, "config.toml", 'model = "m"\n'),
+    ):
+        target, link = dotfiles / name, home / name
+        target.write_text(original)
+        target.chmod(0o640)
+        link.symlink_to(target)
+        assert writer("/work/new", str(link)) is True
+        assert link.is_symlink() and os.readlink(link) == str(target)
+        text = target.read_text()
+        assert "/work/new" in text and (("hasCompletedOnboarding" in text) or ('model = "m"' in text))
+        assert stat.S_IMODE(target.stat().st_mode) == 0o640
+        assert writer("/work/new", str(link)) is False
+    assert sorted(p.name for p in home.iterdir()) == [".claude.json", "config.toml"]  # no temporary file left
+    assert sorted(p.name for p in dotfiles.iterdir()) == [".claude.json", "config.toml"]
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "dangling", "other_user"])
+def test_pretrust_refuses_a_settings_file_that_is_not_a_regular_file_of_the_user(tmp_path: Path, kind: str) -> None:
+    target, link = tmp_path / "target", tmp_path / ".claude.json"
+    if kind == "directory":
+        target.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "other_user":
+        if os.geteuid() != 0:
+            pytest.skip("only root can give a file to another user")
+        target.write_text("{}\n")
+        os.chown(target, 65534, 65534)
+    link.symlink_to(target)
+    for writer in (rspawn.trust_claude, rspawn.trust_codex):
+        with pytest.raises(rspawn.HelperError) as info:
+            writer("/work/new", str(link))
+        assert info.value.code == "trust_file_error", info.value.message
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    if kind == "other_user":
+        assert target.read_text() == "{}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".claude.json", "target"] or kind == "dangling"
+
+
+def test_a_settings_file_drover_must_not_touch_is_exit_7_and_nothing_starts(tmux: Any, isolated: Path, cli: Any) -> None:
+    """A dangling symlink was replaced by a plain file; now nothing is written and nothing starts."""
+    link = isolated / ".claude.json"
+    link.symlink_to(isolated / "dotfiles" / "claude.json")  # the dotfile manager's target is not there
+    fleet = isolated / "fleet.toml"
+    spawn = f'command = "{demo_template(isolated)}"\ntrust_file = {json.dumps(str(link))}'
+    fleet_with(fleet, {"claude": spawn}, f"[hosts.local]\ntrusted = [{json.dumps(str(isolated))}]\n")
+    res = cli("--fleet", str(fleet), "spawn", "local", "--engine", "claude", "--cwd", str(isolated), "--name", "cc",
+              "--brief", "go")  # fmt: skip
+    assert res.code == 7, res.err
+    assert "which does not exist: not touched" in one_line_error(res)
+    assert not Path(rspawn.socket_path("default")).exists()
+    assert link.is_symlink() and not (isolated / "dotfiles").exists()
+    rows = cli("--fleet", str(fleet), "spawns", "--json").json()["data"]["spawns"]
+    assert [(r["state"], r["code"]) for r in rows] == [("failed", "trust_file_error")]
+
+
+def test_a_cwd_ending_in_a_semicolon_is_not_a_tmux_command_separator(tmux: Any, isolated: Path, cli: Any) -> None:
+    """tmux reads an argument that ends in ';' as the end of a command: `-c /x/semi;` was "unknown command"."""
+    fleet = isolated / "fleet.toml"
+    fleet_with(fleet, {"demo": f'command = "{demo_template(isolated)}"'})
+    cwd = isolated / "semi;"
+    cwd.mkdir()
+    res = cli("--fleet", str(fleet), "spawn", "local", "--engine", "demo", "--cwd", str(cwd), "--name", "semi",
+              "--brief", "hello", "--json")  # fmt: skip
+    assert res.code == 0, res.err + res.out
+    data = res.json()["data"]
+    assert data["cwd"] == str(cwd) and data["state"] == "ready"
+    assert data["brief"]["outcome"] == "delivered"
+    listed = cli("ls", "--json").json()["data"]["sessions"]
+    assert [(s["name"], s["cwd"]) for s in listed] == [("semi", str(cwd))]
+    assert [rspawn.tmux_arg(a) for a in ("a;", "a\\;", ";", "a")] == ["a\\;", "a\\\\;", "\\;", "a"]
+
+
+def test_spawns_reads_the_record_backwards_and_stops_at_its_newest(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`drover spawns` parsed the whole truth file (185 MB: 1 GB of memory); it now reads from the end, parsing only
+    lines that mention a spawn, and stops once it has `limit` whole spawns."""
+    import drover.truth as truth_mod
+    from drover.ops.spawn import fold
+    from drover.truth import TruthFile
+
+    truth = TruthFile()
+
+    def spawn_events(n: int, host: str) -> list[dict[str, Any]]:
+        sid = f"spawn_{n:020d}"
+        parent = {"actor": f"actor{n % 3}", "msg": f"msg_{n:04d}"}
+        base = {"v": 1, "id": sid, "ts": 1.0e9 + n, "time": "t"}
+        return [
+            {
+                **base,
+                "event": "spawn_requested",
+                "host": host,
+                "engine": "demo",
+                "cwd": "/w",
+                "name": f"s{n}",
+                "actor": parent["actor"],
+                "parent": parent,
+            },
+            {**base, "event": "spawned", "session": f"%{n}", "host": host, "state": "ready", "name": f"s{n}", "parent": parent},
+            {**base, "event": "spawn_briefed", "brief_msg": f"msg_b{n}", "outcome": "delivered"},
+        ]
+
+    truth.append({"v": 1, "event": "note", "id": "x", "ts": 1.0, "time": "t"})  # creates the file as drover would
+    written: list[dict[str, Any]] = []
+    with open(truth.path, "a", encoding="utf-8") as f:
+        for n in range(120):
+            evs = spawn_events(n, "h1" if n % 2 else "h2")
+            # An old spawn's events interleaved with messages that do not mention one.
+            for i, ev in enumerate(evs):
+                written.append(ev)
+                f.write(json.dumps(ev, separators=(",", ":")) + "\n")
+                for _ in range(10 if i == 0 else 0):
+                    msg = {"v": 1, "event": "outcome", "id": f"msg_{n}", "ts": 1.0e9 + n, "time": "t", "outcome": "delivered"}
+                    f.write(json.dumps(msg, separators=(",", ":")) + "\n")
+    parsed: list[bytes] = []
+    real_parse = truth_mod.parse
+
+    def counting(raw: bytes) -> Any:
+        parsed.append(raw)
+        return real_parse(raw)
+
+    monkeypatch.setattr(truth_mod, "parse", counting)
+    res = drover.run("sessions.spawns", {"limit": 3})
+    assert res.exit_code == 0, res.errors
+    assert [r["name"] for r in res.data["spawns"]] == ["s117", "s118", "s119"]
+    assert res.data["complete"] is False
+    assert res.data["spawns"] == fold(written)[-3:]  # the same rows as folding the whole record
+    assert len(parsed) <= 3 * 4  # the three newest spawns and the one that showed there were more; no message line
+    # Filters, and the whole record when fewer match than asked for: the same answer as the full fold.
+    for args, keep in (
+        ({"host": "h1", "limit": 5}, lambda r: r["host"] == "h1"),
+        ({"parent": "actor1", "limit": 1000}, lambda r: r["parent"]["actor"] == "actor1"),
+        ({"parent": "msg_010", "limit": 1000}, lambda r: r["parent"]["msg"].startswith("msg_010")),
+    ):
+        want = [r for r in fold(written) if keep(r)]
+        got = drover.run("sessions.spawns", args).data
+        assert got["spawns"] == want[-int(args["limit"]) :], args  # type: ignore[call-overload]
+        assert got["complete"] is (len(want) <= int(args["limit"])), args  # type: ignore[call-overload]

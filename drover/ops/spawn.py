@@ -18,12 +18,13 @@ from typing import Any
 
 from pydantic import Field
 
-from drover.errors import DroverError, EmptyText, ExitCode, InvalidRequest
-from drover.fleet import LOCAL, SpawnEngine
+from drover import limits
+from drover.errors import DroverError, EmptyText, ExitCode, InvalidRequest, Refused
+from drover.fleet import CONTROL_CHARS, LOCAL, SpawnEngine
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.send import MessageRequest, _exit_for, sessions_message
 from drover.ops.sessions import call_host
-from drover.record import now_iso
+from drover.record import ReadStats, now_iso
 from drover.remote import protocol as P
 
 # The engines drover can start with no [spawn.ENGINE] table: their own commands, found on the host's PATH.
@@ -31,7 +32,7 @@ DEFAULT_TEMPLATES = {"claude": "claude --name {name}", "codex": "codex"}
 # What the screen shows once the engine takes input, beyond an idle input box (Claude: its registry says so).
 # Codex 0.169 draws its composer within a second, while its app-server still starts; `← for agents` follows.
 DEFAULT_READY = {"codex": "← for agents"}
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")  # \Z, not $: `$` lets a final newline through
 
 
 class SpawnRequest(Request):
@@ -91,6 +92,40 @@ def _event(kind: str, spawn_id: str, **fields: Any) -> dict[str, Any]:
     return {"v": 1, "event": kind, "id": spawn_id, "ts": ts, "time": now_iso(ts), **fields}
 
 
+def _brief_fits(
+    ctx: Context, spawn_id: str, host: str, engine: str, cwd: str, name: str, brief: str, actor: str, parent_msg: str | None
+) -> None:
+    """Refuse, before anything starts, a brief the size limit would refuse once the session is up (it would be left
+    running, unbriefed).  Counted as sessions_message counts it: the snapshot and the brief, in characters; the
+    snapshot with what is known before the start (the directory as given, no git line yet).  The refusal is
+    recorded like a refused message (accepted + outcome, the text stored as its head) and as spawn_failed."""
+    lim = ctx.fleet.limits
+    known = {"name": name, "engine": engine, "cwd": cwd}
+    text = snapshot_text(host, known, actor, parent_msg, spawn_id) + brief
+    refusal = limits.check(lim, host, name, text, time.time(), [])
+    if refusal is None:
+        return
+    msg_id, _ = ctx.truth.accept(
+        actor=actor,
+        host=host,
+        target=name,
+        text=text,
+        options={"via": "auto", "spawn": spawn_id},
+        max_stored_chars=lim.max_chars,
+        check=lambda _recent: refusal,
+    )
+    code = str(refusal.get("code") or P.REFUSED)
+    detail = f"the brief was refused before the session was started: {refusal.get('detail', '')}"
+    ctx.truth.append(_event("spawn_failed", spawn_id, host=host, code=code, message=detail, brief_msg=msg_id))
+    raise Refused(
+        detail,
+        code=code,
+        host=host,
+        hint="nothing was started; put the long part in a file and brief the session with its path",
+        details={"spawn_id": spawn_id, "brief_msg": msg_id},
+    )
+
+
 async def spawn_session(
     ctx: Context,
     *,
@@ -114,6 +149,12 @@ async def spawn_session(
         )
     if not cwd.strip():
         raise InvalidRequest("the directory is empty", hint="--cwd /path or ~/path on the host")
+    if CONTROL_CHARS.search(cwd):
+        # Written raw into the engine's settings, a newline would corrupt them; tmux and discovery read it as two lines.
+        raise InvalidRequest(
+            f"the directory {cwd!r} holds a control character (a newline, CR, ESC, ...): drover starts nothing there",
+            hint="rename the directory, or start the session by hand",
+        )
     # Named here, not on the host, so that even a spawn whose outcome is never recorded names its tmux session.
     name = name or default_name(cwd, engine)
     cfg = ctx.fleet.host(host)
@@ -124,6 +165,7 @@ async def spawn_session(
     ctx.truth.append(
         _event("spawn_requested", spawn_id, host=host, engine=engine, cwd=cwd, name=name, actor=actor, parent=parent)
     )
+    _brief_fits(ctx, spawn_id, host, engine, cwd, name, brief, actor, parent_msg)
     args = {
         "engine": engine,
         "cwd": cwd,
@@ -238,6 +280,8 @@ def fold(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 row[key] = ev.get(key)
         elif kind == "spawn_failed":
             row.update(state="failed", code=ev.get("code"), reason=ev.get("message"))
+            if ev.get("brief_msg"):
+                row.update(brief_msg=ev.get("brief_msg"), brief_outcome=P.REFUSED)
         elif kind == "spawn_briefed":
             row.update(brief_msg=ev.get("brief_msg"), brief_outcome=ev.get("outcome"))
     return list(spawns.values())
@@ -253,11 +297,33 @@ def _parent_matches(row: dict[str, Any], parent: str) -> bool:
 
 @op("sessions.spawns", SpawnsRequest, "the sessions drover started: where, who dispatched them, their brief", "drover spawns")
 async def sessions_spawns(ctx: Context, req: SpawnsRequest) -> Result:
-    rows = fold(list(ctx.truth.events()))
-    if req.host:
-        rows = [r for r in rows if r.get("host") == req.host]
-    if req.parent:
-        parent = req.parent
-        rows = [r for r in rows if _parent_matches(r, parent)]
-    total = len(rows)
-    return Result({"spawns": rows[-req.limit :], "total": total})
+    """The newest `limit` matching spawns, oldest first, read from the end of the truth file backwards: a spawn's
+    events all follow its spawn_requested, so a spawn is whole once that is met, and the read stops at the
+    `limit + 1`th match.  Lines without the word "spawn are passed over unparsed.  `total` counts the matches
+    found; `complete` says whether that is all of them (the read reached the start of the file)."""
+    later: dict[str, list[dict[str, Any]]] = {}  # events of spawns whose spawn_requested is still ahead, newest first
+    rows: list[dict[str, Any]] = []
+    stats = ReadStats(str(ctx.truth.path))
+    complete = True
+    for ev in ctx.truth.backward(stats, skip=lambda raw: b'"spawn' not in raw):
+        kind, sid = ev.get("event"), ev.get("id")
+        if not isinstance(sid, str) or not isinstance(kind, str) or not kind.startswith("spawn"):
+            continue
+        if kind != "spawn_requested":
+            later.setdefault(sid, []).append(ev)
+            continue
+        folded = fold([ev, *reversed(later.pop(sid, []))])
+        if not folded:
+            continue
+        row = folded[0]
+        if req.host and row.get("host") != req.host:
+            continue
+        if req.parent and not _parent_matches(row, req.parent):
+            continue
+        if len(rows) == req.limit:
+            complete = False  # one more than asked for: there are more
+            break
+        rows.append(row)
+    rows.reverse()
+    total = len(rows) + (0 if complete else 1)
+    return Result({"spawns": rows, "total": total, "complete": complete, "warnings": stats.warnings()})

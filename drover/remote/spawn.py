@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shlex
+import stat
 import string
 import subprocess
 import tempfile
@@ -36,7 +37,9 @@ from .screen import classify, lines_of
 Profiles = Dict[str, Dict[str, Any]]
 
 # A tmux session name that every later command can name exactly: no ':' or '.', which tmux reads as separators.
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")  # \Z, not $: `$` lets a final newline through
+# Control characters (C0, DEL, C1) and Unicode line breaks: a directory holding one is refused.
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 PLACEHOLDERS = ("cwd", "name")
 GIT_TIMEOUT_S = 5.0
 POLL_S = 0.25
@@ -60,13 +63,24 @@ def fill(template: str, cwd: str, name: str) -> str:
 
 
 def _cwd(raw: str) -> str:
+    if CONTROL_CHARS.search(raw or ""):
+        raise HelperError(BAD_REQUEST, "the directory %r holds a control character (a newline, CR, ESC, ...)" % raw)
     path = os.path.expanduser(raw or "")
     if not os.path.isabs(path):
         raise HelperError(CWD_NOT_FOUND, "the directory %r is not an absolute path (give /path or ~/path)" % raw)
     if not os.path.isdir(path):
         what = "is not a directory" if os.path.exists(path) else "does not exist on this host"
         raise HelperError(CWD_NOT_FOUND, "the directory %s %s" % (path, what))
-    return os.path.realpath(path)
+    real = os.path.realpath(path)
+    if CONTROL_CHARS.search(real):  # a symlink on the way may lead somewhere whose name holds one
+        raise HelperError(BAD_REQUEST, "the directory %r holds a control character (a newline, CR, ESC, ...)" % real)
+    return real
+
+
+def tmux_arg(arg: str) -> str:
+    """An argument as tmux takes it in a command list: tmux reads an argument that ends in ';' as the end of a
+    command (the ';' dropped), unless the ';' follows a backslash, which it then drops instead."""
+    return arg[:-1] + "\\;" if arg.endswith(";") else arg
 
 
 def socket_path(server: str) -> str:
@@ -92,8 +106,33 @@ def _taken(name: str, socket: str, profiles: Profiles) -> Optional[str]:
 # -- pre-trust: the engine's own settings file --------------------------------------------------------------------
 
 
+def settings_path(path: str) -> str:
+    """Where the settings file `path` really is: a symlink (a dotfile manager's) is followed, so that it is written
+    through and stays a link.  What is there must be a regular file of this user (or nothing, not even a dangling
+    link); anything else is refused."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise HelperError(
+                TRUST_FILE_ERROR, "%s is a symlink to %s, which does not exist: not touched" % (path, real)
+            ) from None
+        return real
+    except OSError as exc:
+        raise HelperError(TRUST_FILE_ERROR, "cannot read %s: %s" % (real, exc)) from None
+    shown = path if real == os.path.abspath(path) else "%s (a symlink to %s)" % (path, real)
+    if not stat.S_ISREG(st.st_mode):
+        raise HelperError(TRUST_FILE_ERROR, "%s is not a regular file: not touched" % shown)
+    if st.st_uid != os.geteuid():
+        raise HelperError(TRUST_FILE_ERROR, "%s belongs to another user (uid %d): not touched" % (shown, st.st_uid))
+    return real
+
+
 def _atomic_write(path: str, data: bytes) -> None:
-    """Replace `path` with `data` in one rename, keeping its mode (0600 for a new file)."""
+    """Replace `path` with `data` in one rename, keeping its mode (0600 for a new file).  A symlink is written
+    through: the file it points to is replaced, in its own directory, and the link stays."""
+    path = settings_path(path)
     try:
         mode = os.stat(path).st_mode & 0o7777
     except OSError:
@@ -118,6 +157,7 @@ def _atomic_write(path: str, data: bytes) -> None:
 
 
 def _read(path: str) -> Optional[str]:
+    path = settings_path(path)  # never open a FIFO or a device, nor another user's file
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
@@ -158,16 +198,30 @@ def codex_trust_file() -> str:
 
 
 def _toml_key(text: str) -> str:
-    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
+    """`text` as a TOML basic string: backslash and quote escaped, and every control character as \\uXXXX (TOML
+    allows none raw but tab; a raw newline would end the header's line and break the whole file)."""
+    out = []
+    for ch in text:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append("\\u%04X" % ord(ch))
+        else:
+            out.append(ch)
+    return '"%s"' % "".join(out)
 
 
 def trust_codex(cwd: str, path: str) -> bool:
     """[projects."<cwd>"] trust_level = "trusted", by editing lines (there is no TOML writer in the standard
     library): the table's trust_level is set or added, or the table appended; every other line is kept."""
     text = _read(path) or ""
-    lines = text.splitlines()
+    # Split at newlines only: splitlines() would also split at characters TOML strings may hold raw (U+2028, C1).
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
     header = "[projects.%s]" % _toml_key(cwd)
-    headers = (header, "[projects.'%s']" % cwd) if "'" not in cwd else (header,)
+    literal = "'" not in cwd and not CONTROL_CHARS.search(cwd)
+    headers = (header, "[projects.'%s']" % cwd) if literal else (header,)
     start = next((i for i, line in enumerate(lines) if line.strip() in headers), None)
     if start is None:
         block = ["", header, 'trust_level = "trusted"']
@@ -190,7 +244,10 @@ TRUSTERS = {"claude": (trust_claude, claude_trust_file), "codex": (trust_codex, 
 
 def _covered(cwd: str, folders: List[str]) -> bool:
     for folder in folders:
-        real = os.path.realpath(os.path.expanduser(folder))
+        expanded = os.path.expanduser(folder)
+        if not os.path.isabs(expanded):
+            continue  # relative to wherever the helper runs: never a folder the fleet meant (the fleet refuses it)
+        real = os.path.realpath(expanded)
         if cwd == real or cwd.startswith(real.rstrip("/") + "/"):
             return True
     return False
@@ -357,7 +414,9 @@ def spawn(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     # exit, so a command that dies at once leaves its last words on screen for the answer.
     created = tmux.tmux(
         socket,
-        ["new-session", "-d", "-P", "-F", "#{pane_id}", "-s", name, "-x", "160", "-y", "45", "-c", cwd, command]
+        # Each argument escaped: tmux would end the command at one that ends in ';' (a directory `/w/semi;`).
+        [tmux_arg(a) for a in ["new-session", "-d", "-P", "-F", "#{pane_id}", "-s", name, "-x", "160", "-y", "45"]]
+        + [tmux_arg(a) for a in ["-c", cwd, command]]
         + [";", "set-option", "-w", "remain-on-exit", "on"],
     )
     pane_id = created.strip().splitlines()[0] if created.strip() else ""
