@@ -35,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
@@ -59,13 +60,41 @@ if __name__ == '__main__':
 """
 
 
-def console_script(where: Path) -> list[str]:
+def snapshot(root: Path) -> tuple[str, str]:
+    """(a Python that imports drover from a snapshot of HEAD, the commit): the daemon steps down whenever one of
+    drover's source files changes, and in a tree others are editing that is every few seconds -- so drover runs
+    from a copy nobody edits, in a venv of its own whose only other path is this venv's site-packages (its
+    dependencies, without the editable install's finder, which would import the working tree again)."""
+    import sysconfig
+
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    src = root / "src"
+    src.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD", "drover", "pyproject.toml"], capture_output=True)
+    if archive.returncode != 0 or commit.returncode != 0:
+        raise RuntimeError(f"cannot snapshot HEAD: {archive.stderr.decode()[-200:]}")
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+    venv = root / "venv"
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"]
+    Path(purelib, "bench.pth").write_text(f"{src}\n{sysconfig.get_paths()['purelib']}\n")
+    python = str(venv / "bin" / "python")
+    check = subprocess.run(
+        [python, "-c", "import drover, typer; print(drover.__file__)"], capture_output=True, text=True, cwd=str(root)
+    )
+    if not check.stdout.startswith(str(src)):
+        raise RuntimeError(f"the snapshot's Python imports drover from {check.stdout.strip() or check.stderr[-200:]}")
+    return python, commit.stdout.strip()
+
+
+def console_script(where: Path, python: str, source: Path) -> list[str]:
     """`drover` as `pip install .` makes it, from [project.scripts] (the venv's own may predate a change there)."""
     import tomllib
 
-    entry = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["drover"]
+    entry = tomllib.loads((source / "pyproject.toml").read_text())["project"]["scripts"]["drover"]
     module, func = entry.split(":")
-    where.write_text(PIP_SCRIPT.format(python=PY, module=module, func=func))
+    where.write_text(PIP_SCRIPT.format(python=python, module=module, func=func))
     where.chmod(0o755)
     return [str(where)]
 
@@ -124,7 +153,8 @@ class Bench:
             self.env.pop(var, None)
         self.warm_env = {**self.env, "DROVER_DAEMON": "1"}
         global DROVER
-        DROVER = console_script(self.root / "drover")
+        self.python, self.commit = snapshot(self.root)
+        DROVER = console_script(self.root / "drover", self.python, self.root / "src")
         self.hosts_file = self.root / "hosts.txt"
         self.hosts_file.write_text("\n".join(f.names) + "\n")
         agent = f"{PY} -m drover.demo_agent --log {{log}} --name {{name}}"
@@ -200,31 +230,43 @@ class Bench:
         return series
 
     def drover(self, *args: str, env: dict[str, str] | None = None) -> Callable[[int], Sample]:
-        return lambda i: run([*DROVER, *(a.replace("{i}", str(i)) for a in args)], env or self.env, cwd=str(ROOT))
+        return lambda i: run([*DROVER, *(a.replace("{i}", str(i)) for a in args)], env or self.env, cwd=str(self.root))
 
     def daemon(self) -> bool:
         """Start persistent mode's daemon for the warm rows, if this tree has one (False: it has not, or it failed)."""
-        probe = run([*DROVER, "daemon", "--help"], self.env, cwd=str(ROOT))
+        probe = run([*DROVER, "daemon", "--help"], self.env, cwd=str(self.root))
         if probe.code != 0 or "start" not in probe.out:
             self.notes.append("warm drover: not available (`drover daemon` does not exist in this tree yet)")
             return False
-        started = run([*DROVER, "daemon", "start"], self.warm_env, cwd=str(ROOT))
-        if started.code != 0:
+        started = run([*DROVER, "daemon", "start"], self.warm_env, cwd=str(self.root))
+        if started.code != 0 or not self.daemon_status():
             self.notes.append(f"warm drover: `drover daemon start` failed: {(started.err or started.out).strip()[-200:]}")
             return False
         return True
 
+    def daemon_status(self) -> dict[str, Any]:
+        """The daemon's status ({} when none answers for this environment)."""
+        status = run([*DROVER, "daemon", "status", "--json"], self.warm_env, cwd=str(self.root))
+        try:
+            info = json.loads(status.out)
+        except ValueError:
+            return {}
+        return info if isinstance(info, dict) and info.get("running") else {}
+
     def daemon_stop(self) -> None:
-        run([*DROVER, "daemon", "stop"], self.warm_env, cwd=str(ROOT))
+        """Stop it, and wait until it is gone: a daemon still stopping would answer `start` and then vanish."""
+        run([*DROVER, "daemon", "stop"], self.warm_env, cwd=str(self.root))
+        deadline = time.monotonic() + 20
+        while self.daemon_status() and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def background(self, hosts: list[str]) -> tuple[list[int], list[int]]:
         """The processes that work for the warm rows but are no child of a measured command: (the daemon, the
         ControlMasters of `hosts`)."""
         daemon, masters = [], []
-        status = run([*DROVER, "daemon", "status", "--json"], self.warm_env, cwd=str(ROOT))
-        found = re.search(r'"pid": ?([0-9]+)', status.out)
-        if found:
-            daemon.append(int(found.group(1)))
+        pid = self.daemon_status().get("pid")
+        if isinstance(pid, int):
+            daemon.append(pid)
         for host in hosts:
             check = subprocess.run([*self.ssh, *self.cm, "-O", "check", host], capture_output=True, text=True, timeout=10)
             found = re.search(r"pid=([0-9]+)", check.stderr + check.stdout)
@@ -236,8 +278,15 @@ class Bench:
         """Run `work` (warm rounds) and note the CPU the daemon and the ControlMasters spent meanwhile, per round."""
         daemon, masters = self.background(hosts)
         before = {pid: cpu_of(pid) for pid in daemon + masters}
+        served = self.daemon_status().get("served", 0)
         got = work()
         rounds = max(len(series.samples) for series in got.values()) + 1  # + the peak round
+        after = self.daemon_status()
+        if after.get("pid") not in daemon or after.get("served", 0) - served < rounds:
+            self.notes.append(
+                f"{what}: THE DAEMON DID NOT SERVE EVERY WARM RUN (pid {daemon} -> {after.get('pid')}, "
+                f"{after.get('served', 0) - served} of {rounds} served): those ran cold"
+            )
         spent = [sum(cpu_of(pid) - before[pid] for pid in pids) * 1000 / rounds for pids in (daemon, masters)]
         self.notes.append(
             f"{what}, CPU not in the CPU column (other processes), per round: the daemon{'' if daemon else ' (not found)'} "
@@ -248,7 +297,11 @@ class Bench:
 
     def help_row(self) -> None:
         print("drover --help")
-        s = self.rounds({"drover --help": self.drover("--help"), "python -c pass": lambda i: run([PY, "-c", "pass"], self.env)})
+        bare = [self.python, "-c", "pass"]
+        first = self.drover("--help")(0)  # writes typer's text to the help cache, as the first --help of a version does
+        self.notes.append(f"the first drover --help (typer's, then cached): {first.wall * 1000:.0f} ms; the rows: cached")
+        tools = {"drover --help": self.drover("--help"), "python -c pass": lambda i: run(bare, self.env, cwd=str(self.root))}
+        s = self.rounds(tools)
         self.rows.append(("drover --help", s["drover --help"], "python -c pass", s["python -c pass"], "<= 5x"))
 
     def local_send(self) -> None:
@@ -432,7 +485,7 @@ class Bench:
         def watched(name: str, cmd: list[str]) -> Callable[[int], Sample]:
             def go(i: int) -> Sample:
                 watch = measure.FdWatch()
-                sample = run(cmd, env, cwd=str(ROOT), watch=watch)
+                sample = run(cmd, env, cwd=str(self.root), watch=watch)
                 fds[name] = max(fds.get(name, 0), watch.max_fds)
                 return sample
 
@@ -494,6 +547,7 @@ class Bench:
             f"{version(['tmux', '-V'])}, {pssh}"
         )
         print(f"key exchange: {KEX} for every client (the sshds accept nothing else); ed25519 host and client keys")
+        print(f"drover at commit {self.commit}, run from a snapshot of it (the shared tree's edits would restart the daemon)")
         print(
             f"{a.hosts} loopback hosts; medians of {a.repeat} rounds, drover and its peer paired in each; "
             "CPU = user+sys of the client's process tree; peak = ru_maxrss, largest single process"
