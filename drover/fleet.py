@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from drover.errors import ConfigError, FleetInvalid, UnknownHost, UsageError
 
@@ -29,6 +29,8 @@ MAX_DURATION_S = 366 * 86400.0
 # Characters no path drover passes on may hold: C0 controls (newline, CR, ESC, ...), DEL, C1 controls, and the
 # Unicode line and paragraph separators (a line break to Python's splitlines).
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# The engines `drover spawn` can start with no [spawn.ENGINE] table (drover/ops/spawn.py DEFAULT_TEMPLATES).
+BUILTIN_SPAWN_ENGINES = ("claude", "codex")
 
 
 class _Strict(BaseModel):
@@ -302,6 +304,21 @@ class Fleet(_Strict):
                     'one; give each a distinct name = "..."'
                 )
             seen[entry.key] = number
+        return entries
+
+    @field_validator("nudge")
+    @classmethod
+    def _nudge_engines(cls, entries: list[NudgeEntry], info: ValidationInfo) -> list[NudgeEntry]:
+        spawn = info.data.get("spawn")
+        if spawn is None:
+            return entries  # [spawn] itself is invalid: that is the error to fix first
+        known = {*BUILTIN_SPAWN_ENGINES, *spawn}
+        for number, entry in enumerate(entries, 1):
+            if entry.engine is not None and entry.engine not in known:
+                raise ValueError(
+                    f"[[nudge]] entry {number} ({entry.key!r}): engine {entry.engine!r} is not one drover spawn can "
+                    f"start: {', '.join(sorted(known))}, or add a [spawn.ENGINE] table with its command"
+                )
         return entries
 
     @field_validator("hosts")

@@ -377,3 +377,15 @@ def test_the_longest_durations_and_home_relative_folders_are_still_fine(tmp_path
     fleet = fleet_mod.parse(body, tmp_path / "fleet.toml")
     assert fleet.hosts["a"].trusted == ["/", "~", "~/work"] and fleet.nudge[0].cwd == "~/webapp"
     assert fleet_mod.duration_s(fleet.nudge[0].every) == fleet_mod.MAX_DURATION_S
+
+
+def test_a_nudge_entry_naming_an_engine_drover_cannot_start_is_refused(tmp_path: Path) -> None:
+    entry = '[[nudge]]\ntarget = "a:{n}"\ntext = "x"\nevery = "1h"\ncreate_if_missing = true\nengine = "{e}"\ncwd = "/w"\n'
+    body = entry.format(n="ok", e="codex") + entry.format(n="typo", e="cluade")
+    with pytest.raises(FleetInvalid) as info:
+        fleet_mod.parse(body, tmp_path / "fleet.toml")
+    [problem] = info.value.problems
+    assert "[[nudge]] entry 2 ('a:typo'): engine 'cluade' is not one drover spawn can start: claude, codex" in problem
+    # An engine of the fleet's own is one it can start.
+    fleet = fleet_mod.parse('[spawn.cluade]\ncommand = "cluade"\n' + body, tmp_path / "fleet.toml")
+    assert [e.engine for e in fleet.nudge] == ["codex", "cluade"]

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from drover import limits
 from drover.errors import DroverError, EmptyText, ExitCode, InvalidRequest, Refused
-from drover.fleet import CONTROL_CHARS, LOCAL, SpawnEngine
+from drover.fleet import BUILTIN_SPAWN_ENGINES, CONTROL_CHARS, LOCAL, SpawnEngine
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.send import MessageRequest, _exit_for, sessions_message
 from drover.ops.sessions import call_host
@@ -29,6 +29,7 @@ from drover.remote import protocol as P
 
 # The engines drover can start with no [spawn.ENGINE] table: their own commands, found on the host's PATH.
 DEFAULT_TEMPLATES = {"claude": "claude --name {name}", "codex": "codex"}
+assert set(DEFAULT_TEMPLATES) == set(BUILTIN_SPAWN_ENGINES)  # what the fleet's [[nudge]] entries are checked against
 # What the screen shows once the engine takes input, beyond an idle input box (Claude: its registry says so).
 # Codex 0.169 draws its composer within a second, while its app-server still starts; `← for agents` follows.
 DEFAULT_READY = {"codex": "← for agents"}
