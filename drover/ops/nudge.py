@@ -184,7 +184,7 @@ def _decided(ctx: Context, base: dict[str, Any], text: str, outcome: dict[str, A
     return Result(data, errors, exit_code)
 
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")  # what drover spawn takes as a name
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")  # what drover spawn takes as a name
 
 
 async def _occupied(ctx: Context, req: NudgeRequest) -> dict[str, Any] | None:
