@@ -1,0 +1,137 @@
+"""The daemon's pool: one SSHTransport per host in persistent mode (one connection, long-lived helpers), on the
+daemon's loop, and the Context through which a request's ops reach it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from drover.daemon.run import Request
+
+HELPERS_PER_HOST = 8  # below OpenSSH's MaxSessions (10 channels per connection)
+
+
+class Pool:
+    """One SSHTransport per host (persistent mode), on the daemon's loop; requests reach it from their threads."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.links: dict[str, tuple[str, Any]] = {}
+        self.closing: set[asyncio.Future[None]] = set()  # old links being closed (kept referenced until done)
+
+    def _link(self, host: str, cfg: Any, defaults: Any, profiles: dict[str, Any]) -> Any:
+        from drover.transport.ssh import SSHTransport
+
+        # The fleet file is read again for every request; a host whose settings changed gets a new connection.
+        key = json.dumps([cfg.model_dump(mode="json"), defaults.connect_timeout, profiles], sort_keys=True, default=str)
+        known = self.links.get(host)
+        if known is not None and known[0] == key:
+            return known[1]
+        if known is not None:
+            self.closing.add(asyncio.ensure_future(known[1].close()))
+        transport = SSHTransport(host, cfg, defaults, profiles, helpers=HELPERS_PER_HOST)
+        self.links[host] = (key, transport)
+        return transport
+
+    async def call(self, host: str, cfg: Any, defaults: Any, profiles: dict[str, Any], op: str, args: Any, timeout: float) -> Any:
+        transport = self._link(host, cfg, defaults, profiles)
+        data = await transport.call(op, args, timeout=timeout)
+        noticed, transport.warnings[:] = list(transport.warnings), []
+        return data, noticed, transport.connect_seconds
+
+    def status(self) -> list[dict[str, Any]]:
+        rows = []
+        for host, (_key, t) in sorted(self.links.items()):
+            rows.append(
+                {
+                    "host": host,
+                    "connected": t._conn is not None,
+                    "helpers": len(t._idle) + t.busy,
+                    "busy": t.busy,
+                    "connects": t.connects,
+                }
+            )
+        return rows
+
+    async def close(self) -> None:
+        for _key, transport in self.links.values():
+            try:
+                await transport.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self.links.clear()
+
+
+class PooledTransport:
+    """What a request's Context holds for an SSH host: calls go to the pool on the daemon's loop."""
+
+    def __init__(self, request: Request, host: str, cfg: Any, defaults: Any, profiles: dict[str, Any]) -> None:
+        self.request = request
+        self.host = host
+        self.cfg, self.defaults, self.profiles = cfg, defaults, profiles
+        self.warnings: list[str] = []
+        self.connect_seconds: float | None = None
+
+    async def call(self, op: str, args: dict[str, Any], *, timeout: float) -> Any:
+        loop = asyncio.get_running_loop()
+        self.request.loops.add(loop)
+        if self.request.gone:
+            raise asyncio.CancelledError
+        pool = self.request.daemon.pool
+        future = asyncio.run_coroutine_threadsafe(
+            pool.call(self.host, self.cfg, self.defaults, self.profiles, op, args, timeout), self.request.loop
+        )
+        try:
+            data, noticed, self.connect_seconds = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        self.warnings.extend(noticed)
+        return data
+
+    async def close(self) -> None:
+        return None  # the connection and its helpers stay, for the next request
+
+
+def context_class() -> type:
+    """A Context whose SSH hosts go through the pool and whose truth file tells the client about a send's
+    write-ahead record as it is made.  (Built on first use: importing the ops costs the daemon's start only.)"""
+    from drover.fleet import LOCAL as LOCAL_HOST
+    from drover.ops.core import Context
+    from drover.truth import TruthFile
+
+    class NotifyingTruth(TruthFile):
+        request: Request
+
+        def accept(self, **kwargs: Any) -> Any:
+            if not self.request.send_now({"t": "accepting"}):
+                raise asyncio.CancelledError  # the client is gone: nothing recorded, nothing sent
+            result = super().accept(**kwargs)
+            # In the client's socket before anything is delivered: if the daemon dies now, the client knows the id.
+            self.request.send_now({"t": "accepted", "id": result[0]})
+            return result
+
+    @dataclass
+    class DaemonContext(Context):
+        request: Any = None
+
+        @property
+        def truth(self) -> TruthFile:
+            truth = NotifyingTruth(self.home)
+            truth.request = self.request
+            return truth
+
+        def transport(self, host: str) -> Any:
+            # The loop this request's ops run on: cancelled if the client goes away (local work included).
+            self.request.loops.add(asyncio.get_running_loop())
+            if host not in self._transports:
+                cfg = self.fleet.host(host)
+                if host == LOCAL_HOST and not cfg.ssh:
+                    return super().transport(host)
+                profiles = self.fleet.profile_overrides()
+                self._transports[host] = PooledTransport(self.request, host, cfg, self.fleet.defaults, profiles)
+            return self._transports[host]
+
+    return DaemonContext

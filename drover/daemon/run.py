@@ -1,0 +1,276 @@
+"""One command run for one client: its connection, its streams, its terminal, its thread.
+
+The daemon runs each request in a thread of its own, through the very CLI a direct run uses
+(drover.cli.main.main): the thread's sys.stdout/stderr/stdin and rich Consoles are the caller's (thread-local
+switches installed once by the daemon), its working directory is the caller's (unshare(CLONE_FS)), and its Context
+comes from the daemon (the pool, the caller's actor).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import io
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+from drover.daemon import protocol as wire
+
+if TYPE_CHECKING:
+    from drover.daemon.server import Daemon
+
+CLONE_FS = 0x200
+
+
+# -- per-request I/O ---------------------------------------------------------------------------------------------
+
+
+class Request:
+    """One command being run for one client: its connection, its terminal, its stdin, its cancellation."""
+
+    def __init__(self, daemon: Daemon, writer: asyncio.StreamWriter, msg: dict[str, Any]) -> None:
+        self.daemon = daemon
+        self.loop = daemon.loop
+        self.writer = writer
+        self.argv = [str(a) for a in msg.get("argv") or []]
+        self.cwd = msg.get("cwd") if isinstance(msg.get("cwd"), str) else None
+        self.actor = msg.get("actor") if isinstance(msg.get("actor"), str) and msg.get("actor") else None
+        tty: dict[str, Any] = msg["tty"] if isinstance(msg.get("tty"), dict) else {}
+        self.tty = {k: bool(tty.get(k)) for k in ("stdin", "stdout", "stderr")}
+        cols = msg.get("cols")
+        self.cols = cols if isinstance(cols, int) and 0 < cols < 10000 else 80
+        term: dict[str, Any] = msg["term"] if isinstance(msg.get("term"), dict) else {}
+        self.term = {str(k): str(v) for k, v in term.items()}
+        self.stdin: asyncio.Future[str] | None = None
+        self.gone = False
+        self.loops: set[asyncio.AbstractEventLoop] = set()
+
+    # called from the request's thread
+    def send(self, message: dict[str, Any]) -> None:
+        """Queue a message to the client (in order with everything else this request sends)."""
+        self.loop.call_soon_threadsafe(self._write, wire.encode(message))
+
+    def send_now(self, message: dict[str, Any]) -> bool:
+        """Send a message and wait until it is in the client's socket (False: the client is gone)."""
+        future = asyncio.run_coroutine_threadsafe(self._flush(wire.encode(message)), self.loop)
+        try:
+            return future.result(timeout=30)
+        except Exception:  # noqa: BLE001 - a client that stopped reading is a client that is gone
+            return False
+
+    def read_stdin(self) -> str:
+        future = asyncio.run_coroutine_threadsafe(self._ask_stdin(), self.loop)
+        return future.result()
+
+    # on the daemon's loop
+    def _write(self, data: bytes) -> None:
+        if not self.gone and not self.writer.is_closing():
+            self.writer.write(data)
+
+    async def _flush(self, data: bytes) -> bool:
+        if self.gone or self.writer.is_closing():
+            return False
+        self.writer.write(data)
+        await self.writer.drain()  # the write buffer limit is 0: drained means handed to the kernel
+        return not self.gone
+
+    async def _ask_stdin(self) -> str:
+        if self.stdin is None:
+            self.stdin = self.loop.create_future()
+            self._write(wire.encode({"t": "stdin?"}))
+        return await asyncio.shield(self.stdin)
+
+    def cancel(self) -> None:
+        """The client went away (Ctrl-C, killed): cancel the command as Ctrl-C would cancel a direct run."""
+        self.gone = True
+        if self.stdin is not None and not self.stdin.done():
+            self.stdin.set_result("")
+        for loop in list(self.loops):
+            try:
+                loop.call_soon_threadsafe(_cancel_all, loop)
+            except RuntimeError:
+                pass  # that loop has finished
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    for task in asyncio.all_tasks(loop):
+        task.cancel()
+
+
+class Out(io.TextIOBase):
+    """The caller's stdout or stderr, as the request's thread sees it."""
+
+    def __init__(self, request: Request, kind: str) -> None:
+        self.request = request
+        self.kind = kind
+        self.buffer = _Bytes(self)
+
+    def write(self, text: str) -> int:
+        if text:
+            self.request.send({"t": "out" if self.kind == "stdout" else "err", "d": text})
+        return len(text)
+
+    def isatty(self) -> bool:
+        return self.request.tty[self.kind]
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    @property
+    def errors(self) -> str:  # type: ignore[override]
+        return "strict"  # with the encoding, what makes click write to this stream as it is (not wrap its buffer)
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("the caller's stream has no descriptor here")
+
+
+class _Bytes:
+    def __init__(self, out: Out) -> None:
+        self.out = out
+
+    def write(self, data: bytes) -> int:
+        self.out.write(bytes(data).decode("utf-8", "surrogateescape"))
+        return len(data)
+
+    def flush(self) -> None:
+        return None
+
+
+class In(io.TextIOBase):
+    """The caller's stdin: fetched from the client the first time the command reads it, never otherwise."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.buffer = _InBytes(self)
+        self._data: str | None = None
+
+    def data(self) -> str:
+        if self._data is None:
+            self._data = self.request.read_stdin()
+        return self._data
+
+    def read(self, size: int | None = -1) -> str:
+        return self.data().encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+    def isatty(self) -> bool:
+        return self.request.tty["stdin"]
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("the caller's stdin has no descriptor here")
+
+
+class _InBytes:
+    def __init__(self, inp: In) -> None:
+        self.inp = inp
+
+    def read(self, size: int = -1) -> bytes:
+        return self.inp.data().encode("utf-8", "surrogateescape")
+
+
+class _Local(threading.local):
+    stdout: Any = None
+    stderr: Any = None
+    stdin: Any = None
+    consoles: dict[str, Any] | None = None
+
+
+LOCAL = _Local()
+
+
+class Switch:
+    """sys.stdout (stderr, stdin) of the daemon: the current request's stream in a request's thread, else the real
+    one (the daemon's log)."""
+
+    def __init__(self, name: str, real: Any) -> None:
+        self._name = name
+        self._real = real
+
+    def _target(self) -> Any:
+        return getattr(LOCAL, self._name) or self._real
+
+    def write(self, text: str) -> int:
+        return int(self._target().write(text))
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def isatty(self) -> bool:
+        return bool(self._target().isatty())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+
+class ConsoleSwitch:
+    """render.out / render.err: the current request's rich Console (its width, colours, terminal) in a request's
+    thread, else the daemon's own."""
+
+    def __init__(self, name: str, real: Any) -> None:
+        self._name = name
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        consoles = LOCAL.consoles
+        return getattr(consoles[self._name] if consoles else self._real, name)
+
+
+def _consoles(request: Request, out: Out, err: Out) -> dict[str, Any]:
+    """The Consoles drover.cli.render would have made in the caller's process (same arguments; the caller's
+    terminal width, and its TERM/COLORTERM/NO_COLOR/FORCE_COLOR through rich's `_environ`)."""
+    from rich.console import Console
+
+    common: dict[str, Any] = {"highlight": False, "markup": False, "emoji": False, "_environ": request.term}
+    return {
+        "out": Console(file=out, soft_wrap=False, width=request.cols if out.isatty() else 200, **common),  # type: ignore[arg-type]
+        "err": Console(file=err, soft_wrap=True, width=request.cols, **common),  # type: ignore[arg-type]
+    }
+
+
+# -- running a command -------------------------------------------------------------------------------------------
+
+
+def own_cwd() -> bool:
+    """Give this thread a working directory of its own (Linux: unshare(CLONE_FS)), so requests from different
+    directories can run at once.  False where that is not possible."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.unshare(CLONE_FS)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def run_request(request: Request) -> None:
+    """The request's thread: the CLI, exactly as a direct run would call it, with the caller's state."""
+    code = 1
+    out, err = Out(request, "stdout"), Out(request, "stderr")
+    try:
+        if request.cwd is not None:
+            if not own_cwd():  # checked at start (Daemon.own_cwd): this does not happen
+                raise RuntimeError("cannot give the request its own working directory")
+            os.chdir(request.cwd)
+        LOCAL.stdout, LOCAL.stderr, LOCAL.stdin = out, err, In(request)
+        LOCAL.consoles = _consoles(request, out, err)
+        from drover.cli.app import state
+        from drover.cli.main import main as cli_main
+
+        state.make_context = request.daemon.context_maker(request)
+        code = cli_main(request.argv)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        code = 130
+    except BaseException as exc:  # noqa: BLE001 - the client gets a line and an exit code, the daemon goes on
+        if isinstance(exc, SystemExit) and isinstance(exc.code, int):
+            code = exc.code
+        else:
+            err.write(f"drover: internal error in the daemon: {type(exc).__name__}: {exc}\n")
+    finally:
+        LOCAL.stdout = LOCAL.stderr = LOCAL.stdin = LOCAL.consoles = None
+    request.send({"t": "exit", "code": int(code)})
+    request.loop.call_soon_threadsafe(request.daemon.finished, request)
