@@ -197,6 +197,8 @@ class Bench:
     def stop(self) -> None:
         if not hasattr(self, "fleet"):
             return
+        if hasattr(self, "warm_env"):
+            run([*DROVER, "daemon", "stop"], self.warm_env, cwd=str(self.root))  # none, unless a warm row failed
         for host in self.fleet.names:  # the ControlMasters this bench opened
             subprocess.run([*self.ssh, *self.cm, "-O", "exit", host], capture_output=True, timeout=10)
         self.tmux_local("kill-server")
@@ -353,13 +355,16 @@ class Bench:
         pssh = ["parallel-ssh", "-p", n, "-t", "60", "-h", str(self.hosts_file)]
         have_pssh = shutil.which("parallel-ssh") is not None
 
-        def peer(warm: bool) -> Callable[[int], Sample]:
+        def peer(warm: bool, remote: str = work) -> Callable[[int], Sample]:
             opts = " ".join(shlex.quote(o) for o in [*self.ssh[1:], *(self.cm if warm else [])])
             if have_pssh:
-                return lambda i: run([*pssh, "-x", opts, work], self.env)
+                return lambda i: run([*pssh, "-x", opts, remote], self.env)
             return lambda i: run(
-                ["xargs", "-P", n, "-I{}", *self.ssh, *(self.cm if warm else []), "{}", work], self.env, stdin=hostlist
+                ["xargs", "-P", n, "-I{}", *self.ssh, *(self.cm if warm else []), "{}", remote], self.env, stdin=hostlist
             )
+
+        # drover ls also reads every pane's screen (one more tmux process per host): the peer that does as much.
+        screens = work + " -F '#{pane_id}' | xargs -r -n 1 tmux capture-pane -p -t"
 
         peer_name = "parallel-ssh" if have_pssh else "xargs -P ssh (parallel-ssh is not installed)"
         ls = f"drover ls ({n} hosts)"
@@ -368,6 +373,7 @@ class Bench:
             {
                 ls: self.drover("ls", "--tag", "bench", "--json"),
                 f"{peer_name}: {work}": peer(False),
+                f"{peer_name}, + each screen": peer(False, screens),
                 "xargs -P ssh HOST true": lambda i: run(
                     ["xargs", "-P", n, "-I{}", *self.ssh, "{}", "true"], self.env, stdin=hostlist
                 ),
@@ -376,6 +382,8 @@ class Bench:
         self.check_ls(s[ls])
         cold_peer = s[f"{peer_name}: {work}"]
         self.rows.append((f"ls, {n} hosts, cold", s[ls], peer_name, cold_peer, "<= 1.0x"))
+        with_screens = f"{peer_name}, + each screen"
+        self.rows.append((f"ls, {n} hosts, cold", s[ls], with_screens, s[with_screens], "(info)"))
         self.rows.append((f"ls, {n} hosts, cold", s[ls], "xargs -P ssh HOST true", s["xargs -P ssh HOST true"], "(info)"))
         print(f"ls over {n} hosts, warm")
         peer(True)(0)  # opens the masters
