@@ -270,6 +270,7 @@ def test_engine_detection_reads_a_panes_process_tree_not_the_whole_machine(tmux:
     def root(pane: Any) -> int:
         return int(pane.tmux("display-message", "-p", "-t", pane.id, "#{pane_pid}").strip())
 
+    wait_for(lambda: procs.proc_table(scan=True).children(root(shell)), what="sleep under the pane's sh")
     full = procs.proc_table(scan=True)
     lazy = procs.proc_table()
     # Every process of this test's tmux server (others' come and go on a shared machine between two looks).
