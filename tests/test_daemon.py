@@ -247,6 +247,21 @@ def test_a_daemon_killed_mid_request_falls_back_for_a_wait(persistent: Path, tmu
     assert not alive(pid)
 
 
+def test_a_stopped_daemon_costs_a_wait_then_the_send_runs_directly_once(persistent: Path, tmux: Tmux) -> None:
+    pane = tmux.agent("frozen")
+    assert drover_process("daemon", "start").code == 0
+    pid = status()["pid"]
+    os.kill(pid, signal.SIGSTOP)  # it still accepts connections (the kernel does), but answers nothing
+    try:
+        res = drover_process("send", pane.address, "frozen daemon")
+        assert res.code == 0 and "delivered" in res.out, res
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # Continued, it finds the request too late to start: it never runs it a second time.
+    stays(lambda: len(pane.messages()) == 1, 2.0, what="one copy")
+    assert status()["served"] == 0
+
+
 def test_a_daemon_killed_mid_send_is_never_resent(persistent: Path, tmux: Tmux, monkeypatch: pytest.MonkeyPatch) -> None:
     pane = tmux.agent("once")
     # The daemon kills itself (SIGKILL) right after the accepted event, before anything is delivered.
@@ -370,7 +385,7 @@ def test_the_daemon_refuses_what_the_front_would_not_send_it(persistent: Path, i
         with client.connect(sock_path()) as sock:
             base = {"t": "run", "v": wire.VERSION, "argv": ["ls"], "cwd": str(isolated), "env": env, "tty": {}}
             sock.sendall(wire.encode({**base, **request}))
-            return dict(wire.decode(sock.makefile("rb").readline()))
+            return dict(wire.decode(sock.readline()))
 
     assert ask(argv=["daemon", "stop"])["t"] == "refuse"
     assert ask(argv=["fleet", "add", "box", "--ssh", "box"])["t"] == "refuse"

@@ -11,10 +11,10 @@ exactly once (the daemon tells the client the id before anything is delivered).
 
 from __future__ import annotations
 
+import _socket  # the C module: `socket` costs the hot path ~4 ms of imports (enum, selectors) it does not use
 import os
-import socket
-import struct
 import sys
+import time
 
 from drover.daemon import paths
 from drover.daemon import protocol as wire
@@ -71,21 +71,70 @@ def _positional(rest: list[str]) -> str | None:
     return None
 
 
-def connect(path: str, timeout: float = CONNECT_TIMEOUT_S) -> socket.socket:
+class Gone(Exception):
+    """The connection to the daemon broke (not a timeout): told apart from a broken pipe on our own stdout."""
+
+
+class Conn:
+    """A connection to the daemon: send, read lines, close."""
+
+    def __init__(self, sock: _socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+
+    def sendall(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except TimeoutError:
+            raise
+        except OSError as exc:
+            raise Gone(str(exc)) from None
+
+    def settimeout(self, seconds: float | None) -> None:
+        self.sock.settimeout(seconds)
+
+    def readline(self, limit: int = wire.MAX_LINE) -> bytes:
+        """One line (with its newline), or what came before the end (no newline: the daemon went away)."""
+        while b"\n" not in self.buffer and len(self.buffer) < limit:
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except TimeoutError:
+                raise
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            self.buffer += chunk
+        at = self.buffer.find(b"\n")
+        end = at + 1 if at >= 0 else len(self.buffer)
+        line, self.buffer = self.buffer[:end], self.buffer[end:]
+        return line
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Conn:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def connect(path: str, timeout: float = CONNECT_TIMEOUT_S) -> Conn:
     """A connection to the daemon at `path`, checked: the directory is ours and the peer runs as us."""
     paths.check_dir(os.path.dirname(path))
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
         sock.connect(path)
-        cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _pid, uid, _gid = struct.unpack("3i", cred)
+        cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
+        uid = int.from_bytes(cred[4:8], sys.byteorder, signed=True)
         if uid != os.getuid():
             raise paths.Unsafe(f"the process listening on {path} runs as uid {uid}, not as you")
     except BaseException:
         sock.close()
         raise
-    return sock
+    return Conn(sock)
 
 
 def _term() -> dict[str, str]:
@@ -125,6 +174,9 @@ def run(argv: list[str]) -> int | None:
         "tty": {"stdin": _isatty(sys.stdin), "stdout": _isatty(sys.stdout), "stderr": _isatty(sys.stderr)},
         "cols": columns(),
         "term": _term(),
+        # After this the daemon must not start it: we will have given up and run it ourselves (a daemon stopped
+        # with SIGSTOP and continued later would otherwise run it a second time).
+        "deadline": time.time() + START_TIMEOUT_S - 1.0,
     }
     with sock:
         return Talk(sock, command, rest).run(request)
@@ -140,7 +192,7 @@ def _cwd() -> str | None:
 class Talk:
     """One request's conversation with the daemon."""
 
-    def __init__(self, sock: socket.socket, command: str, rest: list[str]) -> None:
+    def __init__(self, sock: Conn, command: str, rest: list[str]) -> None:
         self.sock = sock
         self.command = command
         self.rest = rest
@@ -152,15 +204,12 @@ class Talk:
     def run(self, request: dict[str, object]) -> int | None:
         try:
             self.sock.sendall(wire.encode(request))
-            reader = self.sock.makefile("rb")
             self.sock.settimeout(START_TIMEOUT_S)
             while True:
                 try:
-                    line = reader.readline(wire.MAX_LINE)
+                    line = self.sock.readline()
                 except TimeoutError:
                     line = b""  # never said it started: treat it as gone (it ran nothing we know of)
-                except OSError:
-                    line = b""
                 if not line.endswith(b"\n"):
                     return self.lost()
                 code = self.handle(wire.decode(line))
@@ -170,8 +219,10 @@ class Talk:
             # Closing the connection cancels the command in the daemon, which records an interrupted send as such.
             _write(sys.stderr, "drover: interrupted\n")
             return EXIT_INTERRUPTED
+        except Gone:
+            return self.lost()
         except BrokenPipeError:
-            return 0  # `drover ls | head -1`
+            return 0  # our own stdout closed: `drover ls | head -1`
         except (OSError, ValueError):
             return self.lost()
 
@@ -255,7 +306,7 @@ def control(path: str, message: dict[str, object], timeout: float = 5.0) -> dict
     with sock:
         try:
             sock.sendall(wire.encode(message))
-            line = sock.makefile("rb").readline(wire.MAX_LINE)
+            line = sock.readline()
             return wire.decode(line)
         except (OSError, ValueError):
             return None

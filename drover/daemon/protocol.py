@@ -2,7 +2,8 @@
 
 Client -> daemon
     {"t": "run", "v": V, "argv": [...], "cwd": "...", "env": {...}, "actor": "..."|null,
-     "tty": {"stdin": b, "stdout": b, "stderr": b}, "cols": N, "term": {"TERM": ..., ...}}
+     "tty": {"stdin": b, "stdout": b, "stderr": b}, "cols": N, "term": {"TERM": ..., ...},
+     "deadline": EPOCH_S}               not to be started after this: the client has run it itself
     {"t": "stdin", "d": "..."}          the caller's stdin, sent only when the command asked for it
     {"t": "status"} | {"t": "stop"}
 Daemon -> client

@@ -188,6 +188,9 @@ class Daemon:
     def refusal(self, msg: dict[str, Any]) -> str | None:
         if msg.get("v") != wire.VERSION:
             return f"protocol {msg.get('v')!r}, the daemon speaks {wire.VERSION}"
+        deadline = msg.get("deadline")
+        if isinstance(deadline, int | float) and time.time() > deadline:
+            return "too late: the caller has given up waiting and runs the command itself"
         if msg.get("env") != self.env:
             return "the caller's environment differs from the daemon's"
         from drover.daemon.client import HOT, command_of
