@@ -363,6 +363,16 @@ def test_one_connection_and_long_lived_helpers_then_a_restarted_host_is_reconnec
     assert 1 <= len(helpers) <= 8  # kept running between requests, not one per request
     assert drover_process("status", "h1:far").code == 0
     assert fleet_helpers(sshfleet, "h1") == helpers
+    # Twelve at once: all answered, over the one connection, by at most 8 helpers (the per-host bound).
+    served = status()["served"]
+    many = [_background("status", "h1:far", "--json") for _ in range(12)]
+    results = [_finish(p) for p in many]
+    assert [r.code for r in results] == [0] * 12, [r.err for r in results if r.code]
+    assert all(r.json()["data"]["session"]["name"] == "far" for r in results)
+    assert 1 <= len(fleet_helpers(sshfleet, "h1")) <= 8
+    host = {h["host"]: h for h in status()["hosts"]}["h1"]
+    assert host["connects"] == 1 and host["helpers"] <= 8, host
+    assert status()["served"] == served + 12  # all twelve through the daemon
     _restart_sshd(sshfleet)
     wait_for(lambda: not {h["host"]: h for h in status()["hosts"]}["h1"]["connected"], what="the daemon to notice")
     res = drover_process("send", "h1:far", "after the restart")
