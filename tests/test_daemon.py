@@ -373,6 +373,11 @@ def test_one_connection_and_long_lived_helpers_then_a_restarted_host_is_reconnec
     host = {h["host"]: h for h in status()["hosts"]}["h1"]
     assert host["connects"] == 1 and host["helpers"] <= 8, host
     assert status()["served"] == served + 12  # all twelve through the daemon
+    # Ten long waits: eight run at once (eight helpers), two wait their turn within their own timeout.
+    waits = [_background("wait", "h1:far", "--until", "exited", "--timeout", "3") for _ in range(10)]
+    wait_for(lambda: len(fleet_helpers(sshfleet, "h1")) == 8, 30, what="eight helpers busy")
+    stays(lambda: len(fleet_helpers(sshfleet, "h1")) <= 8, 1.0, what="at most eight helpers")
+    assert [_finish(w).code for w in waits] == [9] * 10  # each timed out waiting, as a direct wait would
     _restart_sshd(sshfleet)
     wait_for(lambda: not {h["host"]: h for h in status()["hosts"]}["h1"]["connected"], what="the daemon to notice")
     res = drover_process("send", "h1:far", "after the restart")
