@@ -199,7 +199,7 @@ class Talk:
         self.started = False
         self.printed = False
         self.accepting = False
-        self.accepted: str | None = None
+        self.accepted: list[str] = []  # a broadcast records several
 
     def run(self, request: dict[str, object]) -> int | None:
         try:
@@ -244,7 +244,7 @@ class Talk:
         elif kind == "accepting":
             self.accepting = True
         elif kind == "accepted":
-            self.accepted = str(msg.get("id"))
+            self.accepted.append(str(msg.get("id")))
         elif kind == "exit":
             return int(msg.get("code", 1))
         elif kind == "refuse":
@@ -253,11 +253,20 @@ class Talk:
 
     def lost(self) -> int | None:
         """The daemon went away before it answered: run the command here only if that cannot do anything twice."""
+        if len(self.accepted) == 1:
+            (msg_id,) = self.accepted
+            _write(
+                sys.stderr,
+                f"drover: the daemon stopped while sending {msg_id}: it may or may not have arrived "
+                f"(`drover retry {msg_id}` looks for it before it sends it again; never twice)\n",
+            )
+            return EXIT_FAILED
         if self.accepted:
             _write(
                 sys.stderr,
-                f"drover: the daemon stopped while sending {self.accepted}: it may or may not have arrived "
-                f"(`drover retry {self.accepted}` looks for it before it sends it again; never twice)\n",
+                f"drover: the daemon stopped while sending {len(self.accepted)} messages ({', '.join(self.accepted)}): "
+                "each may or may not have arrived (`drover log --pending` lists the unfinished ones; `drover retry ID` "
+                "finishes each exactly once)\n",
             )
             return EXIT_FAILED
         if self.accepting:
