@@ -231,3 +231,48 @@ def test_each_delivery_keeps_the_sender_side_limits(tmux: Tmux, isolated: Path, 
     ]
     assert {m["code"] for m in log_rows()} == {"too_large"} and len(log_rows()) == 2
     stays(lambda: one.messages() == [] and two.messages() == [], what="nothing pasted")
+
+
+def _socket_of(pane: Pane) -> str:
+    return os.path.join(os.environ["TMUX_TMPDIR"], f"tmux-{os.getuid()}", pane.server)
+
+
+def test_a_delivery_in_progress_is_not_taken_for_a_persons_draft(tmux: Tmux, cli: Any) -> None:
+    """Another sender holds the pane's lock, its paste in the input box: the broadcast waits its turn, like `drover
+    send`, and delivers -- never a `skipped: draft in the input` blamed on a person."""
+    import threading
+
+    from drover.remote.tmux_lane import PaneLock
+
+    pane = tmux.agent("mid-delivery")
+    lock = PaneLock(_socket_of(pane), pane.id, 1.0)
+    assert lock.__enter__()
+    pane.tmux("send-keys", "-t", pane.id, "-l", "zzq")
+    wait_for(lambda: "zzq" in pane.screen(), what="the other sender's paste")
+
+    def the_other_sender_finishes() -> None:
+        pane.tmux("send-keys", "-t", pane.id, "BSpace", "BSpace", "BSpace")
+        wait_for(lambda: "zzq" not in pane.screen(), what="the paste gone")
+        lock.__exit__()
+
+    timer = threading.Timer(2.0, the_other_sender_finishes)
+    timer.start()
+    try:
+        res = cli("--actor", ACTOR, "broadcast", "--name", "mid-delivery", "your turn", "--json")
+    finally:
+        timer.join()
+    rows = res.json()["data"]["messages"]
+    assert [r["outcome"] for r in rows] == ["delivered"], rows
+    assert "draft" not in (rows[0]["detail"] or "")
+    wait_for(pane.messages, what="the message")
+
+
+def test_drovers_own_text_left_in_the_input_is_not_called_a_persons_draft(tmux: Tmux, cli: Any) -> None:
+    pane = tmux.agent("leftover")
+    pane.tmux("send-keys", "-t", pane.id, "-l", '<cross-session-message from-session="msg_0">old')
+    wait_for(lambda: "cross-session-message" in pane.screen(), what="drover's leftover in the input")
+    res = cli("--actor", ACTOR, "broadcast", "--name", "leftover", "hello", "--json")
+    rows = res.json()["data"]["messages"]
+    assert [r["outcome"] for r in rows] == ["skipped"], rows
+    assert "draft in the input" not in rows[0]["detail"] and "drover's own" in rows[0]["detail"]
+    assert rows[0]["code"] == "not_submitted"

@@ -71,7 +71,9 @@ def _brief(s: dict[str, Any]) -> dict[str, Any]:
 def _skip(ctx: Context, broadcast: str, actor: str, host: str, s: dict[str, Any], text: str) -> dict[str, Any]:
     """A session waiting on a person: recorded as refused (accepted and refused in one write), shown as skipped."""
     human = s["human"]
-    refusal = {"outcome": P.REFUSED, "code": P.WAITING_ON_HUMAN, "detail": f"skipped: {human['reason']}", "skipped": True}
+    # drover's own earlier message left unsent in the input box is nobody's draft: said as what it is.
+    code = P.NOT_SUBMITTED if human.get("kind") == "drover_text" else P.WAITING_ON_HUMAN
+    refusal = {"outcome": P.REFUSED, "code": code, "detail": f"skipped: {human['reason']}", "skipped": True}
     lim = ctx.fleet.limits
     options = {"broadcast": broadcast, "identity": s.get("identity"), "pin": s.get("pin")}
     msg_id, _ = ctx.truth.accept(
@@ -88,7 +90,7 @@ def _skip(ctx: Context, broadcast: str, actor: str, host: str, s: dict[str, Any]
         "host": host,
         "target": s["pin"],
         "outcome": SKIPPED,
-        "code": P.WAITING_ON_HUMAN,
+        "code": code,
         "detail": human["reason"],
         "lane": None,
         "session": _brief(s),

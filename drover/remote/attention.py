@@ -19,6 +19,8 @@ from .screen import classify
 WAITING = "waiting"  # Claude's registry says so
 DIALOG = "dialog"  # the screen shows one
 DRAFT = "draft"  # a person's text sits in the input box
+DROVER_TEXT = "drover_text"  # drover's own earlier message sits unsent in the input box (not a person's draft)
+ENVELOPE = "<cross-session-message"
 
 
 def _screen_seen(session: Session, profiles: Profiles) -> Dict[str, Any]:
@@ -38,6 +40,16 @@ def _pane_since(session: Session) -> Optional[int]:
     return since if isinstance(since, int) else None
 
 
+def _delivery_in_progress(session: Session) -> bool:
+    """Does another drover sender hold the pane's lock (a paste in the input box that is drover's, mid-delivery)?"""
+    from .tmux_lane import PaneLock
+
+    pane = discovery.pane_of(session)
+    if not pane or not pane.get("socket") or not pane.get("id"):
+        return False
+    return PaneLock(pane["socket"], pane["id"], 0).held_by_another()
+
+
 def waiting_on_human(session: Session, profiles: Profiles) -> Tuple[Optional[str], Optional[str], Any, Optional[str]]:
     """(kind, reason, since, since_source) for a session that waits on a person; (None, None, None, None) otherwise."""
     if "_record" in session and session.get("state") == "waiting":
@@ -53,6 +65,14 @@ def waiting_on_human(session: Session, profiles: Profiles) -> Tuple[Optional[str
     if seen.get("state") == "dialog":
         return DIALOG, str(seen.get("reason") or "dialog on screen"), _pane_since(session), "pane_activity"
     if seen.get("draft"):
+        # Text in the input box is a person's draft only when drover did not put it there: a delivery in progress
+        # (its pane lock held) is no one waiting -- a send waits for that lock -- and drover's own envelope left
+        # unsent (left_in_input) is drover's, said so.
+        if _delivery_in_progress(session):
+            return None, None, None, None
+        if ENVELOPE in str(seen.get("input") or ""):
+            reason = "drover's own earlier message sits unsent in the input box (not a person's draft): clear it first"
+            return DROVER_TEXT, reason, _pane_since(session), "pane_activity"
         return DRAFT, "draft in the input", _pane_since(session), "pane_activity"
     return None, None, None, None
 
