@@ -344,10 +344,12 @@ class Fleet(_Strict):
         raise UnknownHost(f"unknown host {name!r}", hint=f"known hosts: {known}; add one with `drover fleet add`")
 
     def select(self, hosts: list[str] | None = None, tags: list[str] | None = None) -> list[str]:
-        names = hosts or self.host_names()
+        """The hosts named (each once, in the order first named), or every host when none is given (None); only
+        those with one of `tags`.  An explicitly empty list selects nothing: `[]` is not "everyone"."""
+        names = self.host_names() if hosts is None else list(dict.fromkeys(hosts))
         for name in names:
             self.host(name)
-        if tags:
+        if tags is not None:
             names = [n for n in names if set(tags) & set(self.host(n).tags)]
         return names
 

@@ -197,3 +197,36 @@ def test_a_paneless_codex_thread_waiting_on_an_approval_counts_as_waiting() -> N
     assert waiting_on_human(thread, {}) == ("waiting", "Codex is waiting: waitingOnApproval", 1_700_000_000, "codex")
     busy = {**thread, "state": "busy", "thread_flags": []}
     assert waiting_on_human(busy, {}) == (None, None, None, None)
+
+
+def test_a_host_named_twice_is_listed_once_and_an_empty_host_list_is_nobody(tmux: Tmux, cli: Any) -> None:
+    asking = tmux.agent("asking-twice")
+    os.kill(asking.pid, signal.SIGUSR1)
+    wait_for(lambda: "Do you want to proceed?" in asking.screen(), what="the dialog")
+    data = cli("board", "-H", "local", "-H", "local", "--json").json()["data"]
+    assert [w["id"] for w in data["waiting"]] == [asking.id]
+    assert [h["host"] for h in data["hosts"]] == ["local"]
+    empty = cli("op", "board", json.dumps({"hosts": []}))
+    assert empty.code == 0, empty.out + empty.err
+    assert empty.json()["data"]["waiting"] == [] and empty.json()["data"]["hosts"] == []
+
+
+def test_an_unknown_tag_is_an_error_as_in_broadcast(tmux: Tmux, cli: Any) -> None:
+    res = cli("board", "--tag", "no-such-tag")
+    assert res.code == 6, res.out + res.err
+    assert "no-such-tag" in res.err
+    assert cli("broadcast", "--tag", "no-such-tag", "hi").code == 6
+
+
+def test_a_board_no_host_answered_says_so(isolated: Path, cli: Any, monkeypatch: Any) -> None:
+    fleet = isolated / "fleet.toml"
+    ports = (free_port(), free_port())
+    fleet.write_text(
+        "".join(f'[hosts.down{i}]\nssh = "127.0.0.1"\nport = {p}\nconnect_timeout = 2.0\n' for i, p in enumerate(ports)),
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DROVER_FLEET", str(fleet))
+    res = cli("board", "-H", "down0", "-H", "down1")
+    assert res.code == 5, res.out + res.err
+    assert "no host answered (2 host(s) asked)" in res.out
+    assert "nobody is waiting" not in res.out

@@ -276,3 +276,45 @@ def test_drovers_own_text_left_in_the_input_is_not_called_a_persons_draft(tmux: 
     assert [r["outcome"] for r in rows] == ["skipped"], rows
     assert "draft in the input" not in rows[0]["detail"] and "drover's own" in rows[0]["detail"]
     assert rows[0]["code"] == "not_submitted"
+
+
+def test_a_host_named_twice_is_asked_once_and_sent_to_once(tmux: Tmux, cli: Any) -> None:
+    pane = tmux.agent("twice")
+    res = cli("--actor", ACTOR, "broadcast", "-H", "local", "-H", "local", "--name", "twice", "once only", "--json")
+    assert res.code == 0, res.out + res.err
+    rows = res.json()["data"]["messages"]
+    assert [r["outcome"] for r in rows] == ["delivered"], rows
+    wait_for(pane.messages, what="the message")
+    stays(lambda: len(pane.messages()) == 1)
+    assert len(log_rows()) == 1
+    listed = cli("ls", "-H", "local", "-H", "local", "--json").json()["data"]
+    assert [s["id"] for s in listed["sessions"]].count(pane.id) == 1
+    assert [h["host"] for h in listed["hosts"]] == ["local"]
+
+
+def test_an_explicitly_empty_host_list_is_nobody_not_everyone(tmux: Tmux, cli: Any) -> None:
+    pane = tmux.agent("bystander")
+    for field in ("hosts", "tags"):
+        res = cli("op", "sessions.broadcast", json.dumps({"text": "hi", field: [], "all": True}))
+        assert res.code == 2, res.out + res.err
+        assert f"{field} is empty" in res.out + res.err
+    listed = cli("op", "sessions.list", json.dumps({"hosts": []}))
+    assert listed.code == 0 and listed.json()["data"]["sessions"] == []
+    stays(lambda: pane.messages() == [])
+    assert log_rows() == []
+
+
+def test_the_hosts_warnings_reach_the_broadcast(tmux: Tmux, isolated: Path, cli: Any, monkeypatch: Any) -> None:
+    """What the host said while listing (here a Claude record it could not read; a tmux server that did not answer
+    is said the same way) is in the broadcast's warnings and on stderr, as `ls` and `board` say it."""
+    tmux.agent("lonely")
+    sessions = isolated / "claude" / "sessions"
+    sessions.mkdir(parents=True)
+    (sessions / "123.json").write_text("{ not json")
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(sessions.parent))
+    res = cli("--actor", ACTOR, "broadcast", "--name", "nobody-*", "anyone?", "--json")
+    assert res.code == 6
+    warned = res.json()["data"]["warnings"]
+    assert any(w["host"] == "local" and "123.json" in w["message"] for w in warned), warned
+    human = cli("--actor", ACTOR, "broadcast", "--name", "nobody-*", "anyone?")
+    assert "warning: local: skipped Claude session record" in human.err

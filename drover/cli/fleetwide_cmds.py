@@ -83,6 +83,14 @@ def broadcast_table(data: dict[str, Any]) -> None:
     ok = {"delivered", "queuedBehindTurn"}
     everyone = rows and all(r.get("outcome") in ok for r in rows)
     render.out.print(Text(data.get("summary", "")), style="green" if everyone else "")
+    _warn(data)
+
+
+def _warn(data: dict[str, Any]) -> None:
+    for w in data.get("warnings", []):
+        where = f"{w['host']}: " if isinstance(w, dict) and w.get("host") else ""
+        said = w.get("message", w) if isinstance(w, dict) else w
+        render.err.print(Text(f"warning: {where}{said}"), style="yellow")
 
 
 # -- board -------------------------------------------------------------------------------------------------------
@@ -126,11 +134,18 @@ def board_tables(data: dict[str, Any]) -> None:
             )
         render.out.print(table)
     if not waiting and not held:
-        asked = [h["host"] for h in data.get("hosts", []) if h.get("ok")]
-        render.out.print(f"nobody is waiting on a human ({len(asked)} host(s) asked)", style="dim")
-    for w in data.get("warnings", []):
-        where = f"{w['host']}: " if w.get("host") else ""
-        render.err.print(Text(f"warning: {where}{w.get('message', w)}"), style="yellow")
+        asked = data.get("hosts", [])
+        answered = [h for h in asked if h.get("ok")]
+        if not asked:
+            line = "no host was asked"
+        elif not answered:
+            line = f"no host answered ({len(asked)} host(s) asked): who waits there is unknown"
+        elif len(answered) < len(asked):
+            line = f"nobody is waiting on a human on the hosts that answered ({len(answered)} of {len(asked)} host(s))"
+        else:
+            line = f"nobody is waiting on a human ({len(asked)} host(s) asked)"
+        render.out.print(line, style="dim")
+    _warn(data)
 
 
 # -- wait-file ---------------------------------------------------------------------------------------------------

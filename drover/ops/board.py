@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import Field
 
-from drover.errors import DroverError
+from drover.errors import DroverError, TargetError
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.sessions import fan_exit, fan_out
 from drover.remote import protocol as P
@@ -134,6 +134,12 @@ async def board(ctx: Context, req: BoardRequest) -> Result:
     from drover.ops.messages import since_ts
 
     hosts = ctx.fleet.select(req.hosts, req.tags)
+    if req.tags and not hosts:  # as broadcast says: a tag no selected host has is a selector that matched nothing
+        raise TargetError(
+            f"no host has the tag(s) {', '.join(req.tags)}: nobody was asked",
+            code=P.NO_MATCH,
+            hint="`drover fleet` lists the hosts and their tags",
+        )
     cutoff = since_ts(req.held_since) if req.held_since else None
     answers = await fan_out(ctx, hosts, "attention", {})
     now = time.time()

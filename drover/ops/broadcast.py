@@ -157,6 +157,12 @@ def summary_line(broadcast: str, rows: list[dict[str, Any]], hosts: int) -> str:
 async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
     if not req.text.strip():
         raise EmptyText("the message text is empty", hint="give the text as an argument, or - to read it from stdin")
+    for field, given in (("hosts", req.hosts), ("tags", req.tags)):
+        if given is not None and not given:
+            raise UsageError(
+                f"{field} is empty: name at least one {field[:-1]}, or use all",
+                hint="an empty list selects nobody; leave it out (with all) for the whole fleet",
+            )
     if not (req.all or req.hosts or req.tags or req.engine or req.name or req.cwd):
         raise UsageError(
             "a broadcast needs a selector: --host, --tag, --engine, --name or --cwd, or --all for every agent session",
@@ -184,6 +190,9 @@ async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
         """Who is there, then the message to each chosen session at once: one host's work, in one connection slot."""
         nonlocal matched
         data = await call_host(ctx, host, "attention", {})
+        # What the host said on the way (a tmux server that did not answer, a registry it could not read): its
+        # sessions there may be missing from the rows, so the broadcast says so, as `ls` and `board` do.
+        warnings.extend({"host": host, "message": w} for w in data.get("warnings", []) if isinstance(w, str))
         chosen = [s for s in data.get("sessions", []) if _selected(req, s)]
         matched += len(chosen)
         channels = asyncio.Semaphore(PER_HOST)
@@ -196,6 +205,7 @@ async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
 
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
+    warnings: list[dict[str, Any]] = []
     answers = await fan_out_each(ctx, hosts, on_host)
     for host, done, err in answers:
         if err is not None:
@@ -224,5 +234,6 @@ async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
         "messages": rows,
         "counts": counts,
         "summary": summary_line(broadcast, rows, len(hosts)),
+        "warnings": warnings,
     }
     return Result(data, errors, exit_code)
