@@ -66,6 +66,8 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     monkeypatch.setenv("DROVER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("TMUX_TMPDIR", tmux_dir)
+    # No persistent daemon unless a test asks for one (tests/test_daemon.py): a test's drover is the direct path.
+    monkeypatch.setenv("DROVER_DAEMON", "0")
     for var in ("DROVER_FLEET", "DROVER_ACTOR", "TMUX", "TMUX_PANE"):
         monkeypatch.delenv(var, raising=False)
     yield tmp_path
