@@ -318,3 +318,53 @@ def test_the_hosts_warnings_reach_the_broadcast(tmux: Tmux, isolated: Path, cli:
     assert any(w["host"] == "local" and "123.json" in w["message"] for w in warned), warned
     human = cli("--actor", ACTOR, "broadcast", "--name", "nobody-*", "anyone?")
     assert "warning: local: skipped Claude session record" in human.err
+
+
+def test_a_directory_name_can_neither_forge_nor_hide_a_session(tmux: Tmux, isolated: Path, cli: Any) -> None:
+    """A directory named with a newline and tmux's separators, as a row of `list-panes` would read: the shell in it
+    stays a shell in its own directory (no agent forged with a made-up cwd for --cwd to pick), and a directory that
+    merely holds a newline does not make its pane vanish."""
+    agent = tmux.agent("real-agent")
+    agent_pid = agent.tmux("display-message", "-p", "-t", agent.id, "#{pane_pid}").strip()
+    forged = f"{isolated}/x\n%77\x1fsh1\x1f0\x1f0\x1f{agent_pid}\x1fpython\x1f{isolated}/forged3"
+    plain = f"{isolated}/two\nlines"
+    for d in (forged, plain):
+        os.makedirs(d)
+    shells = []
+    for i, d in enumerate((forged, plain)):
+        (isolated / f"dir{i}").write_text(d)
+        shell = tmux.start(f"shell{i}", "bash --norc --noprofile")
+        shell.tmux("send-keys", "-t", shell.id, f'cd "$(cat {isolated}/dir{i})"', "Enter")
+        shells.append(shell)
+    wanted = {forged, plain}
+    wait_for(
+        lambda: wanted <= {s.get("cwd") for s in cli("ls", "--json").json()["data"]["sessions"]},
+        what="both shells listed in their directories",
+    )
+    listed = cli("ls", "--json").json()["data"]["sessions"]
+    by_id = {s["id"]: s for s in listed}
+    assert "%77" not in by_id and not any(str(s.get("cwd")).endswith("forged3") and s.get("cwd") != forged for s in listed)
+    for shell, d in zip(shells, (forged, plain), strict=True):
+        assert by_id[shell.id]["cwd"] == d and by_id[shell.id]["engine"] == "shell", by_id[shell.id]
+    assert cli("broadcast", "--cwd", f"{isolated}/forged3", "hi").code == 6
+    assert log_rows() == []
+
+
+def test_list_panes_drops_rows_that_do_not_parse_and_a_pane_id_seen_twice() -> None:
+    from drover.remote import tmux as T
+
+    _fmt, start, sep = T._format()
+
+    def row(pane_id: str, pid: str = "42", index: str = "0") -> str:
+        values = dict.fromkeys(T.FIELDS, "")
+        values.update(pane_id=pane_id, session_name="s", window_index=index, pane_index="0", pane_pid=pid)
+        values.update(pane_dead="0", pane_in_mode="0", pane_input_off="0", window_activity="1", window_panes="1")
+        values.update(session_windows="1", pane_current_path="/a\nb")
+        return start + sep.join(values[f] for f in T.FIELDS) + "\n"
+
+    warnings: list[str] = []
+    out = row("%1") + row("%2") + row("%2") + row("x3") + row("%4", pid="4x") + row("%5", index="") + row("%6")
+    panes = T.parse_rows(out, start, sep, warnings, "sock")
+    assert [p["pane_id"] for p in panes] == ["%1", "%6"]
+    assert panes[0]["pane_current_path"] == "/a\nb"
+    assert len(warnings) == 4 and any("%2 listed 2 times" in w for w in warnings), warnings

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Tuple
 from .protocol import NO_TMUX, PANE_GONE, TMUX_ERROR, TMUX_TIMEOUT, HelperError
 
 TMUX_TIMEOUT_S = 10.0
+Pane = Dict[str, str]
 FIELDS = [
     "pane_id",
     "session_name",
@@ -28,8 +29,56 @@ FIELDS = [
 ]
 SEP = "\x1f"
 FORMAT = SEP.join("#{%s}" % f for f in FIELDS)
+# Fields that must look like what tmux makes of them: a row that does not is not trusted (a directory, a title or a
+# session name is anybody's text, and tmux prints it raw, newlines and separators included).
+NUMERIC = ("window_index", "pane_index", "pane_pid", "window_activity", "window_panes", "session_windows")
+LAX = ("pane_pid", "window_activity")
+FLAGS = ("pane_dead", "pane_in_mode", "pane_input_off")
 
-Pane = Dict[str, str]
+
+def _format() -> Tuple[str, str, str]:
+    """(format, row marker, field separator) for one listing, each carrying a fresh random nonce: no directory
+    name, title or session name can forge a row or a field boundary it cannot know."""
+    nonce = os.urandom(8).hex()
+    start, sep = "\x1e%s\x1e" % nonce, "\x1f%s\x1f" % nonce
+    return start + sep.join("#{%s}" % f for f in FIELDS), start, sep
+
+
+def _valid(pane: Pane) -> bool:
+    if not pane["pane_id"].startswith("%") or not pane["pane_id"][1:].isdigit():
+        return False
+    # A pid or an activity time may be empty (tmux leaves them so at times); an index never is.
+    if any(not (pane[f].isdigit() or (f in LAX and not pane[f])) for f in NUMERIC):
+        return False
+    return all(pane[f] in ("0", "1", "") for f in FLAGS)
+
+
+def parse_rows(out: str, start: str, sep: str, warnings: List[str], where: str) -> List[Pane]:
+    """The panes of one list-panes answer: each row begins with the listing's marker, its fields split by the
+    listing's separator (a field may hold a newline: a directory named so).  A row that does not parse is dropped,
+    and so is every row of a pane id seen twice (one of them is forged, and which one is unknowable), each with a
+    warning."""
+    panes: List[Pane] = []
+    chunks = out.split(start)
+    if chunks[0].strip():
+        warnings.append("tmux server %s: dropped output outside any pane's row" % where)
+    for chunk in chunks[1:]:
+        if chunk.endswith("\n"):
+            chunk = chunk[:-1]
+        parts = chunk.split(sep)
+        pane = dict(zip(FIELDS, parts))
+        if len(parts) != len(FIELDS) or not _valid(pane):
+            warnings.append("tmux server %s: dropped a pane row that does not parse (%r)" % (where, chunk[:80]))
+            continue
+        panes.append(pane)
+    count: Dict[str, int] = {}
+    for pane in panes:
+        count[pane["pane_id"]] = count.get(pane["pane_id"], 0) + 1
+    for pane_id in sorted(p for p, n in count.items() if n > 1):
+        warnings.append(
+            "tmux server %s: pane %s listed %d times: dropped, which row is real is unknown" % (where, pane_id, count[pane_id])
+        )
+    return [p for p in panes if count[p["pane_id"]] == 1]
 
 
 def servers() -> List[str]:
@@ -116,8 +165,9 @@ def list_panes(warnings: List[str]) -> List[Pane]:
     for socket in servers():
         if not alive(socket):
             continue
+        fmt, start, sep = _format()
         try:
-            out = tmux(socket, ["list-panes", "-a", "-F", FORMAT], timeout=5)
+            out = tmux(socket, ["list-panes", "-a", "-F", fmt], timeout=5)
         except HelperError as exc:
             # A socket with no server behind it is what tmux leaves after a crash: not worth a word unless the
             # server exists but misbehaves.
@@ -128,11 +178,7 @@ def list_panes(warnings: List[str]) -> List[Pane]:
                 return panes
             warnings.append("tmux server %s: %s" % (socket, exc.message))
             continue
-        for row in out.splitlines():
-            parts = row.split(SEP)
-            if len(parts) != len(FIELDS):
-                continue
-            pane = dict(zip(FIELDS, parts))
+        for pane in parse_rows(out, start, sep, warnings, socket):
             pane["socket"] = socket
             panes.append(pane)
             _LISTED.setdefault(socket, []).append(pane["pane_id"])
@@ -183,8 +229,10 @@ def capture(socket: str, pane_id: str) -> str:
 
 
 def pane_flags(socket: str, pane_id: str) -> Pane:
-    out = tmux(socket, ["display-message", "-p", "-t", pane_id, FORMAT]).rstrip("\n")
-    parts = out.split(SEP)
+    fmt, start, sep = _format()
+    out = tmux(socket, ["display-message", "-p", "-t", pane_id, fmt])
+    out = out[:-1] if out.endswith("\n") else out
+    parts = out[len(start) :].split(sep) if out.startswith(start) else []
     # tmux 3.3 answers display-message for a pane that no longer exists with exit 0 and empty fields.
     if len(parts) != len(FIELDS) or parts[0] != pane_id:
         raise HelperError(PANE_GONE, "pane %s is gone" % pane_id)
