@@ -297,3 +297,70 @@ def old_helper_running(python: str) -> bool:
         if cmdline.startswith(python.encode() + b"\0") and b"drover_boot" in cmdline:
             return True
     return False
+
+
+@pytest.mark.parametrize("poll", [False, True])
+@pytest.mark.parametrize("how", ["removed", "moved"])
+def test_a_directory_removed_and_made_again_is_waited_in(tmp_path: Path, watching: Watching, poll: bool, how: str) -> None:
+    """`rm -rf D; mkdir D; echo x > D/s` and `mv D D.old; mkdir D`: the file is at the path, so the wait says so --
+    inotify and poll alike -- rather than "moved or removed"."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+
+    def again() -> None:
+        if how == "removed":
+            folder.rmdir()
+        else:
+            folder.rename(tmp_path / "work.old")
+        folder.mkdir()
+        (folder / "status").write_text("x")
+
+    watching.then(again)
+    data = remote_files.wait_file({"path": str(folder / "status"), "timeout_s": 20, "poll": poll}, {})
+    assert (data["event"], data["exists"]) == ("created", True), data
+
+
+def test_the_directory_removed_ends_a_polled_wait_too(tmp_path: Path, watching: Watching) -> None:
+    folder = tmp_path / "work"
+    folder.mkdir()
+    watching.then(lambda: folder.rmdir())
+    with pytest.raises(HelperError) as caught:
+        remote_files.wait_file({"path": str(folder / "status"), "timeout_s": 20, "poll": True}, {})
+    assert caught.value.code == "no_such_directory" and "removed while waiting" in caught.value.message
+
+
+def test_dot_dot_after_a_symlink_is_resolved_as_the_os_does(tmp_path: Path, cli: Any) -> None:
+    (tmp_path / "real" / "inner").mkdir(parents=True)
+    (tmp_path / "wf3").mkdir()
+    (tmp_path / "wf3" / "link").symlink_to(tmp_path / "real" / "inner")
+    (tmp_path / "real" / "x").write_text("the OS's x")  # wf3/link/.. is real/, not wf3/
+    res = cli("wait-file", "local", str(tmp_path / "wf3" / "link" / ".." / "x"), "--timeout", "2", "--json")
+    assert res.code == 0, res.err
+    assert res.json()["data"]["path"] == str((tmp_path / "real" / "x").resolve())
+
+
+def test_loops_long_names_and_odd_baselines_are_said_in_words(tmp_path: Path, cli: Any) -> None:
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    res = cli("wait-file", "local", str(tmp_path / "loop" / "x"), "--timeout", "2")
+    assert res.code == 6 and "symbolic links" in res.err and "Errno" not in res.err, res.err
+    res = cli("wait-file", "local", str(tmp_path / ("n" * 300)), "--timeout", "2")
+    assert res.code == 2 and "too long" in res.err and "Errno" not in res.err, res.err
+    res = cli("wait-file", "local", str(tmp_path / ("d" * 300) / "x"), "--timeout", "2")
+    assert res.code == 2 and "too long" in res.err, res.err
+    res = cli("wait-file", "local", str(tmp_path) + "/a" * 2100 + "/x", "--timeout", "2")
+    assert res.code == 2 and "too long" in res.err, res.err
+    status = tmp_path / "s"
+    status.write_text("x")
+    for bad in ("1e400", "1.5", "true", '"NaN"'):
+        baseline = f'{{"device": {bad}, "inode": 1, "size": 1, "mtime_ns": 1}}'
+        doc = json.dumps({"path": str(status), "changed": True, "timeout_s": 2, "baseline": json.loads(baseline)})
+        res = cli("op", "files.wait", doc)
+        assert res.code == 2 and "whole numbers" in res.out + res.err, (bad, res.out, res.err)
+
+
+def test_an_empty_host_is_a_usage_error_and_a_newline_in_a_path_is_shown_not_printed(tmp_path: Path, cli: Any) -> None:
+    assert cli("wait-file", "", str(tmp_path / "x"), "--timeout", "1").code == 2
+    odd = tmp_path / "two\nlines"
+    odd.write_text("x")
+    res = cli("wait-file", "local", str(odd), "--timeout", "2")
+    assert res.code == 0 and len(res.out.strip().splitlines()) == 1 and "two\u2424lines" in res.out, res.out

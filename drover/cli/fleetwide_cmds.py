@@ -179,6 +179,8 @@ def wait_file(
 
 def waited_file(data: dict[str, Any]) -> None:
     if data.get("reached"):  # a timeout is said by its error line
-        where, size = f"{data['host']}:{data.get('path')}", data.get("size")
+        # One line, whatever the path holds: a newline in a name is shown (␤), not printed.
+        where = render.safe(f"{data['host']}:{data.get('path')}").replace("\n", "\u2424")
+        size = data.get("size")
         how = f"after {data.get('waited_s', 0):.1f}s; {data.get('how')}"
         render.out.print(Text(f"{where} {data['event']} ({size} bytes; {how})"))

@@ -30,6 +30,8 @@ class WaitFileRequest(Request):
 
 @op("files.wait", WaitFileRequest, "block until a file on a host exists or changes (inotify on the host)", "drover wait-file")
 async def files_wait(ctx: Context, req: WaitFileRequest) -> Result:
+    if not req.host.strip():
+        raise InvalidRequest("invalid request for files.wait: host: the host is empty", hint="name a host, or local")
     if not req.path.strip():
         raise InvalidRequest("invalid request for files.wait: path: the path is empty", hint="name the file to wait for")
     if "\0" in req.path:

@@ -50,6 +50,7 @@ DIR_GONE = IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED
 SETTLE_S = 0.25  # a write seen but not closed: reported after this long without another
 POLL_MIN_S = 0.1
 POLL_MAX_S = 1.0
+DIR_GRACE_S = 1.0  # the directory gone: how long a new one at its path is looked for before the wait fails
 EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then the name, NUL-padded)
 
 Sig = Tuple[int, int, int, int]  # (device, inode, size, mtime in ns): what "changed" compares
@@ -66,7 +67,27 @@ def resolve(path: Any) -> str:
         raise HelperError(P.NO_SUCH_DIRECTORY, "cannot expand %r: there is no such user on this host" % path.split("/")[0])
     if not os.path.isabs(full):
         full = os.path.join(os.path.expanduser("~"), full)
-    return os.path.normpath(full)
+    # Not normalised lexically: `link/../x` means what the OS makes of it (the parent of where link points), so the
+    # directory part is resolved as the OS resolves it, and the file's own name is kept as given.
+    trimmed = full.rstrip("/") or "/"
+    directory, name = os.path.split(trimmed)
+    if name in ("", ".", ".."):
+        raise HelperError(P.BAD_REQUEST, "%s names a directory, not a file: name the file to wait for" % path)
+    try:
+        return os.path.join(os.path.realpath(directory), name)
+    except OSError as exc:  # ELOOP, ENAMETOOLONG under Python 3.13's strict realpath, or a path too long
+        raise _path_error(directory, exc) from None
+
+
+def _path_error(where: str, exc: OSError) -> HelperError:
+    """An OSError of a path that is no file system's business to answer: said in words, never as a raw errno."""
+    import errno
+
+    if exc.errno == errno.ELOOP:
+        return HelperError(P.NO_SUCH_DIRECTORY, "%s: too many levels of symbolic links (a symlink loop)" % where)
+    if exc.errno == errno.ENAMETOOLONG:
+        return HelperError(P.BAD_REQUEST, "the path is too long for this host, or a name in it is (%d characters)" % len(where))
+    return HelperError(P.NO_SUCH_DIRECTORY, "%s cannot be looked at: %s" % (where, exc.strerror or exc))
 
 
 def check_directory(directory: str) -> None:
@@ -82,6 +103,8 @@ def check_directory(directory: str) -> None:
         raise HelperError(P.NO_SUCH_DIRECTORY, "%s is not a directory (a part of the path is a file)" % directory) from None
     except PermissionError:
         raise HelperError(P.PERMISSION_DENIED, "permission denied: this user cannot look into %s" % directory) from None
+    except OSError as exc:
+        raise _path_error(directory, exc) from None
     if not stat.S_ISDIR(st.st_mode):
         raise HelperError(P.NO_SUCH_DIRECTORY, "%s is not a directory" % directory)
     if not os.access(directory, os.X_OK):
@@ -96,6 +119,8 @@ def signature(path: str) -> Optional[Sig]:
         return None
     except PermissionError:
         raise HelperError(P.PERMISSION_DENIED, "permission denied: this user cannot look at %s" % path) from None
+    except OSError as exc:
+        raise _path_error(path, exc) from None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
@@ -103,10 +128,17 @@ def _baseline(given: Any) -> Optional[Sig]:
     """A baseline the caller kept from an earlier answer (so nothing between two waits is missed)."""
     if not isinstance(given, dict):
         raise HelperError(P.BAD_REQUEST, "baseline must be an earlier answer's {device, inode, size, mtime_ns}")
-    try:
-        return (int(given["device"]), int(given["inode"]), int(given["size"]), int(given["mtime_ns"]))
-    except (KeyError, TypeError, ValueError):
-        raise HelperError(P.BAD_REQUEST, "baseline must hold device, inode, size and mtime_ns (from an earlier answer)") from None
+    said = "baseline must hold device, inode, size and mtime_ns as whole numbers (from an earlier answer)"
+    values = []
+    for key in ("device", "inode", "size", "mtime_ns"):
+        value = given.get(key)
+        # Whole, finite numbers only: 1e400 (inf), NaN, 1.5 or true are no stat an earlier answer gave.
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise HelperError(P.BAD_REQUEST, said)
+        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf")) or not value.is_integer()):
+            raise HelperError(P.BAD_REQUEST, said)
+        values.append(int(value))
+    return (values[0], values[1], values[2], values[3])
 
 
 class Inotify:
@@ -201,6 +233,20 @@ def wait_file(args: Dict[str, Any], profiles: Dict[str, Any]) -> Dict[str, Any]:
             return None, now
         return ("created" if base is None else "changed"), now
 
+    def directory_back() -> bool:
+        """The directory was moved or removed (inotify), or is not there at a look (poll): is one at the path again
+        (`rm -rf D; mkdir D`, `mv D D.old; mkdir D`)?  Looked at for up to DIR_GRACE_S, so a directory made right
+        after the old one went is waited on, by inotify and poll alike."""
+        deadline = time.monotonic() + DIR_GRACE_S
+        while True:
+            if os.path.isdir(directory):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+    gone = "the directory %s was moved or removed while waiting" % directory
+
     try:
         # The first look comes after the watch is set: whatever happened before it is seen here, after it by the watch.
         event, now = verdict()
@@ -216,10 +262,35 @@ def wait_file(args: Dict[str, Any], profiles: Dict[str, Any]) -> Dict[str, Any]:
                 time.sleep(min(interval, left))
                 interval = min(interval * 1.5, POLL_MAX_S)
                 look = True
+                if not os.path.isdir(directory):
+                    event, now = verdict()
+                    if event is not None:
+                        return _answer(path, event, now, how, started)
+                    if not directory_back():
+                        raise HelperError(P.NO_SUCH_DIRECTORY, gone)
             else:
                 names, own = watcher.read(min(left, SETTLE_S if writing_since is not None else POLL_MAX_S))
                 if own & DIR_GONE:
-                    raise HelperError(P.NO_SUCH_DIRECTORY, "the directory %s was moved or removed while waiting" % directory)
+                    # The path may name a directory again, the file in it: look before failing, then watch the
+                    # new directory (and look once more after the watch is set: nothing between is missed).
+                    event, now = verdict()
+                    if event is not None:
+                        return _answer(path, event, now, how, started)
+                    watcher.close()
+                    watcher = None
+                    if not directory_back():
+                        raise HelperError(P.NO_SUCH_DIRECTORY, gone)
+                    try:
+                        watcher, how = _watcher(directory, bool(args.get("poll")))
+                    except HelperError as exc:
+                        if exc.code == P.NO_SUCH_DIRECTORY:
+                            raise HelperError(P.NO_SUCH_DIRECTORY, gone) from None
+                        raise
+                    writing_since = None
+                    event, now = verdict()
+                    if event is not None:
+                        return _answer(path, event, now, how, started)
+                    continue
                 mask = names.get(name, 0)
                 quiet = writing_since is not None and time.monotonic() - writing_since >= SETTLE_S
                 if mask & WRITING and not mask & DONE:
