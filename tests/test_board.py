@@ -230,3 +230,29 @@ def test_a_board_no_host_answered_says_so(isolated: Path, cli: Any, monkeypatch:
     assert res.code == 5, res.out + res.err
     assert "no host answered (2 host(s) asked)" in res.out
     assert "nobody is waiting" not in res.out
+
+
+def test_an_unsafe_truth_file_still_shows_who_waits_and_says_the_held_list_is_unknown(
+    tmux: Tmux, isolated: Path, cli: Any
+) -> None:
+    asking = tmux.agent("asking-unsafe")
+    os.kill(asking.pid, signal.SIGUSR1)
+    wait_for(lambda: "Do you want to proceed?" in asking.screen(), what="the dialog")
+    home = isolated / "home"
+    home.mkdir(mode=0o700, exist_ok=True)
+    home.chmod(0o777)  # writable by anyone: the truth file is not safe to use
+    res = cli("board", "--json")
+    assert res.code == 7, res.out + res.err
+    doc = res.json()
+    assert [w["id"] for w in doc["data"]["waiting"]] == [asking.id]
+    assert doc["data"]["held"] == []
+    assert any("held messages unavailable" in w["message"] for w in doc["data"]["warnings"])
+    assert doc["errors"][0]["code"] == "truth_unsafe"
+    human = cli("board")
+    assert human.code == 7 and asking.id in human.out and "held messages unavailable" in human.err
+
+
+def test_waiting_rows_order_pane_ids_as_numbers() -> None:
+    from drover.ops.broadcast import natural
+
+    assert sorted(["default/%10", "default/%9", "default/%1"], key=natural) == ["default/%1", "default/%9", "default/%10"]

@@ -179,7 +179,7 @@ def test_an_unreachable_host_is_a_failed_row_and_the_others_still_get_it(sshflee
     extra = f'[hosts.closed]\nssh = "127.0.0.1"\nport = {free_port()}\nconnect_timeout = 2.0\n'
     sshfleet.fleet_file.write_text(sshfleet.fleet_toml(extra), encoding="utf-8")  # type: ignore[attr-defined]
     res = cli("--actor", ACTOR, "broadcast", "--host", "h1", "--host", "closed", "still there?", "--json")
-    assert res.code == 5, res.out  # the worst outcome: a host that could not be asked
+    assert res.code == 8, res.out  # a host that could not be asked while another answered: a partial fan-out
     doc = res.json()
     rows = {r["host"]: r for r in doc["data"]["messages"]}
     assert rows["closed"]["outcome"] == "failed" and rows["closed"]["code"] == "connection_refused"
@@ -188,7 +188,9 @@ def test_an_unreachable_host_is_a_failed_row_and_the_others_still_get_it(sshflee
     assert [e["host"] for e in doc["errors"]] == ["closed"]
     wait_for(pane.messages)
     human = cli("--actor", ACTOR, "broadcast", "--host", "h1", "--host", "closed", "and again?")
-    assert human.code == 5 and "drover: closed: " in human.err and "1 delivered, 1 failed" in human.out
+    assert human.code == 8 and "drover: closed: " in human.err and "1 delivered, 1 failed" in human.out
+    alone = cli("--actor", ACTOR, "broadcast", "--host", "closed", "anyone?")
+    assert alone.code == 5  # no host answered: failed
 
 
 def test_broadcast_reads_its_text_from_stdin(tmux: Tmux, cli: Any) -> None:
@@ -368,3 +370,15 @@ def test_list_panes_drops_rows_that_do_not_parse_and_a_pane_id_seen_twice() -> N
     assert [p["pane_id"] for p in panes] == ["%1", "%6"]
     assert panes[0]["pane_current_path"] == "/a\nb"
     assert len(warnings) == 4 and any("%2 listed 2 times" in w for w in warnings), warnings
+
+
+def test_a_repeated_or_empty_selector_is_refused_not_half_kept(tmux: Tmux, cli: Any) -> None:
+    a1, a2 = tmux.agent("a1"), tmux.agent("a2")
+    for option, values in (("--name", ("a1", "a2")), ("--engine", ("demo", "claude")), ("--cwd", ("/x", "/y"))):
+        res = cli("broadcast", option, values[0], option, values[1], "hi")
+        assert res.code == 2 and f"{option} given 2 times" in res.err, res.out + res.err
+    for option in ("--name", "--cwd", "--engine"):
+        res = cli("broadcast", option, "", "--all", "hi")
+        assert res.code == 2 and "is empty" in res.err, res.out + res.err
+    stays(lambda: a1.messages() == [] and a2.messages() == [])
+    assert log_rows() == []

@@ -21,9 +21,9 @@ def broadcast(
     text: Annotated[str, typer.Argument(help="the message, or - to read it from stdin (after --, a text may start with -)")],
     host: HostOpt = None,
     tag: TagOpt = None,
-    engine: Annotated[str | None, typer.Option("--engine", "-e", help="only sessions running this engine")] = None,
-    name: Annotated[str | None, typer.Option("--name", help="only sessions whose name matches this glob")] = None,
-    cwd: Annotated[str | None, typer.Option("--cwd", help="only sessions whose directory matches this glob")] = None,
+    engine: Annotated[list[str] | None, typer.Option("--engine", "-e", help="only sessions running this engine")] = None,
+    name: Annotated[list[str] | None, typer.Option("--name", help="only sessions whose name matches this glob")] = None,
+    cwd: Annotated[list[str] | None, typer.Option("--cwd", help="only sessions whose directory matches this glob")] = None,
     all_: Annotated[bool, typer.Option("--all", help="every agent session of the fleet (needed without a selector)")] = False,
     via: Annotated[str, typer.Option("--via", help=VIA_HELP)] = "auto",
     as_json: JsonOpt = False,
@@ -43,14 +43,26 @@ def broadcast(
         "text": read_text(text),
         "hosts": host or None,
         "tags": tag or None,
-        "engine": engine,
-        "name": name,
-        "cwd": cwd,
+        "engine": _one("--engine", engine),
+        "name": _one("--name", name),
+        "cwd": _one("--cwd", cwd),
         "all": all_,
         "via": via,
     }
     doc = run("sessions.broadcast", payload)
     finish(doc, as_json, broadcast_table)
+
+
+def _one(option: str, given: list[str] | None) -> str | None:
+    """One value of an option that takes one: a second is refused, never silently the only one kept."""
+    if given and len(given) > 1:
+        from drover.errors import UsageError
+
+        raise UsageError(
+            f"{option} given {len(given)} times: give it once",
+            hint="one glob can match many ('worker-*'); --host and --tag are the repeatable selectors",
+        )
+    return given[0] if given else None
 
 
 def _who(row: dict[str, Any]) -> str:

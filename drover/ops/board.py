@@ -22,7 +22,8 @@ from typing import Any
 
 from pydantic import Field
 
-from drover.errors import DroverError, TargetError
+from drover.errors import DroverError, ExitCode, TargetError, TruthFileError
+from drover.ops.broadcast import natural
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.sessions import fan_exit, fan_out
 from drover.remote import protocol as P
@@ -159,9 +160,16 @@ async def board(ctx: Context, req: BoardRequest) -> Result:
             warnings += [{"host": host, "message": w} for w in data.get("warnings", [])]
         hosts_out.append(row)
     seen.save({host for host, _d, err in answers if err is None})
-    waiting.sort(key=lambda w: (w["since"], w["host"], str(w["id"])))
-    held, truth_warnings = held_messages(ctx, hosts, cutoff)
-    held.sort(key=lambda h: h["ts"])
+    waiting.sort(key=lambda w: (w["since"], w["host"], natural(str(w["id"]))))
     errors = [err.to_dict() for _h, _d, err in answers if isinstance(err, DroverError)]
+    exit_code = fan_exit(answers)
+    try:
+        held, truth_warnings = held_messages(ctx, hosts, cutoff)
+    except TruthFileError as exc:
+        # The waiting sessions do not need the truth file: they are shown; the held list is said to be unknown.
+        held, truth_warnings = [], [{"message": f"held messages unavailable: {exc.line()}"}]
+        errors.append(exc.to_dict())
+        exit_code = int(exc.exit_code) if exit_code == ExitCode.OK else exit_code
+    held.sort(key=lambda h: h["ts"])
     data = {"waiting": waiting, "held": held, "hosts": hosts_out, "warnings": warnings + truth_warnings}
-    return Result(data, errors, fan_exit(answers))
+    return Result(data, errors, exit_code)

@@ -15,6 +15,7 @@ broadcast share its id (`broadcast` in each message's options).  A host that can
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import time
 from collections import Counter
@@ -132,6 +133,11 @@ def _host_failed(host: str, err: DroverError) -> dict[str, Any]:
     return {"id": None, "host": host, "target": None, "outcome": P.FAILED, "code": err.code, "detail": detail, "session": None}
 
 
+def natural(text: str) -> tuple[Any, ...]:
+    """A sort key that orders the numbers inside a text as numbers: pane %9 before %10."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
 def _worst(codes: list[int]) -> int:
     def rank(code: int) -> int:
         return SEVERITY.index(code) if code in SEVERITY else len(SEVERITY)
@@ -162,6 +168,12 @@ async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
             raise UsageError(
                 f"{field} is empty: name at least one {field[:-1]}, or use all",
                 hint="an empty list selects nobody; leave it out (with all) for the whole fleet",
+            )
+    for field, glob in (("engine", req.engine), ("name", req.name), ("cwd", req.cwd)):
+        if glob is not None and not glob.strip():
+            raise UsageError(
+                f"{field} is empty: an empty selector matches nothing and filters nothing",
+                hint=f"leave --{field} out, or give a glob ('*' for any)" if field != "engine" else "leave --engine out",
             )
     if not (req.all or req.hosts or req.tags or req.engine or req.name or req.cwd):
         raise UsageError(
@@ -213,10 +225,16 @@ async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
             errors.append(err.to_dict())
         else:
             rows += done
-    # The unreachable hosts first, then by host and session, as `drover ls` orders them.
+    # The unreachable hosts first, then by host and session, as `drover ls` orders them (%9 before %10).
     order = {h: i for i, h in enumerate(hosts)}
-    rows.sort(key=lambda r: (r.get("session") is not None, order.get(r["host"], len(order)), r.get("target") or ""))
-    exit_code = _worst([r.pop("exit_code") for r in rows])
+    rows.sort(key=lambda r: (r.get("session") is not None, order.get(r["host"], len(order)), natural(r.get("target") or "")))
+    codes = [(r.pop("exit_code"), r.get("session") is not None) for r in rows]
+    exit_code = _worst([code for code, of_a_session in codes if of_a_session])
+    if errors:
+        # A host that could not be asked: 5 when none answered or a message itself failed, else 8 -- a fan-out where
+        # some hosts failed and others answered, as `ls` and `board` say it.
+        partial = len(errors) < len(hosts) and exit_code != ExitCode.FAILED
+        exit_code = ExitCode.PARTIAL if partial else ExitCode.FAILED
     if not matched and (not hosts or len(errors) < len(hosts)):
         where = f"{len(hosts)} host(s)" if hosts else "no host (no host has those tags)"
         errors.append(
