@@ -256,3 +256,21 @@ def test_waiting_rows_order_pane_ids_as_numbers() -> None:
     from drover.ops.broadcast import natural
 
     assert sorted(["default/%10", "default/%9", "default/%1"], key=natural) == ["default/%1", "default/%9", "default/%10"]
+
+
+def test_a_dialogs_since_does_not_move_when_its_window_shows_other_output(tmux: Tmux, cli: Any) -> None:
+    """The window's activity time moves with a neighbouring pane's output; the dialog began no later than the first
+    sighting, and that is what the board keeps saying while the same dialog stays."""
+    asking = tmux.agent("asking-still")
+    os.kill(asking.pid, signal.SIGUSR1)
+    wait_for(lambda: "Do you want to proceed?" in asking.screen(), what="the dialog")
+    (first,) = cli("board", "--json").json()["data"]["waiting"]
+    assert first["since_source"] == "pane_activity"
+    asking.tmux("split-window", "-d", "-t", asking.id, "sh -c 'sleep 1.2; echo noise; sleep 60'")
+
+    def activity() -> int:
+        return int(asking.tmux("display-message", "-p", "-t", asking.id, "#{window_activity}").strip())
+
+    wait_for(lambda: activity() > first["since"], what="the window's activity to move on")
+    (again,) = cli("board", "--json").json()["data"]["waiting"]
+    assert again["id"] == asking.id and again["since"] == first["since"], (first, again)

@@ -6,9 +6,10 @@ since when, asked of every selected host at once (drover/remote/attention.py, th
 on).  `held`: messages drover sent that a receiver holds for its human -- outcome `held` in the truth file and not
 since delivered (no host is asked for those).
 
-"Since when" is when the state began where the host knows it: Claude's `statusUpdatedAt`, else the pane's last
-activity (when the dialog was drawn); when neither is known, when a board first saw it (`first_seen`, kept between
-looks in DROVER_HOME/board-seen.json).
+"Since when" is when the state began where the host knows it: Claude's `statusUpdatedAt`, else, for a dialog on
+screen, the pane's last activity at the board's first sighting of that dialog (that pane, that text) -- remembered,
+since later output anywhere in the window moves the activity time on; when neither is known, when a board first
+saw it (`first_seen`).  Sightings are kept between looks in DROVER_HOME/board-seen.json.
 """
 
 from __future__ import annotations
@@ -90,9 +91,16 @@ class FirstSeen:
 def _waiting(host: str, s: dict[str, Any], now: float, seen: FirstSeen) -> dict[str, Any]:
     human = s["human"]
     since, source = human.get("since"), human.get("since_source")
-    if not isinstance(since, (int, float)):
-        key = f"{host} {s.get('identity') or s.get('id')} {human['kind']}"
-        since, source = seen.since(key, now), "first_seen"
+    who = s.get("identity") or s.get("id")
+    if source == "pane_activity" or not isinstance(since, (int, float)):
+        # The pane's activity time moves on with any output in its window (a neighbouring pane, a key press), so it
+        # only bounds when a dialog appeared: the first sighting of this dialog (this pane, this text) is remembered
+        # and kept while the same dialog stays.
+        key = f"{host} {who} {human['kind']} {human.get('reason') or ''}"
+        if isinstance(since, (int, float)):
+            since = seen.since(key, min(float(since), now))
+        else:
+            since, source = seen.since(key, now), "first_seen"
     return {
         "host": host,
         "id": s.get("id"),
