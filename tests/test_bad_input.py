@@ -180,3 +180,21 @@ def test_every_error_code_drover_raises_is_in_the_protocol_table() -> None:
     for cls in seen[1:]:
         assert cls.code in P.CODES, cls
         assert cls.exit_code == errors.exit_code_of(cls.code), cls
+
+
+def test_text_from_a_closed_stdin_is_a_usage_error_not_a_crash() -> None:
+    """`drover send HOST:ID - <&-`: stdin is closed, so Python has no sys.stdin at all."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "drover", "send", "local:nobody", "-"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: os.close(0),  # the point: a child whose fd 0 is closed
+        env={**os.environ, "DROVER_DAEMON": "0"},
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "stdin is closed" in proc.stderr and "Traceback" not in proc.stderr

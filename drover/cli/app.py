@@ -148,6 +148,8 @@ def read_text(text: str, what: str = "the message") -> str:
     """An argument, or with `-` all of stdin; either must be UTF-8 (anything else is a usage error, exit 2)."""
     if text != "-":
         return _utf8(text, what)
+    if sys.stdin is None:  # started with stdin closed (`<&-`): nothing to read, and not an empty text either
+        raise UsageError(f"{what} was to come from stdin (-), but stdin is closed", hint="give it as an argument instead")
     stream = getattr(sys.stdin, "buffer", None)
     if stream is None:  # a text stream (tests, embedding): already decoded
         return _utf8(sys.stdin.read(), what)
