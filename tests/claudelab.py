@@ -143,7 +143,7 @@ class ClaudeLab:
         """A script that runs this lab's Claude offline in whatever pane starts it, as `sh LAUNCHER NAME`: the
         command a spawn template names (`drover spawn`).  Its fake API logs to ROOT/NAME.requests.jsonl."""
         script = self.root / "launch-claude.sh"
-        api = f"{sys.executable} {HERE / 'fake_anthropic.py'} --port 8765 --log {self.root}/\"$0\".requests.jsonl"
+        api = f'{sys.executable} {HERE / "fake_anthropic.py"} --port 8765 --log {self.root}/"$0".requests.jsonl'
         env = (
             f"env -u CLAUDE_CONFIG_DIR -u TMUX_PANE HOME={self.home} ANTHROPIC_API_KEY=sk-ant-dummy "
             "ANTHROPIC_BASE_URL=http://127.0.0.1:8765 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 "
