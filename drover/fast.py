@@ -20,6 +20,8 @@ HELP_WORDS = (["--help"], ["-h"])
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if sys.stdout is None or sys.stderr is None:
+        return _closed()
     if args == ["--version"]:
         sys.stdout.write(f"drover {__version__}\n")
         sys.stdout.flush()
@@ -32,6 +34,18 @@ def main(argv: list[str] | None = None) -> int:
     if code is not None:
         return code
     return _full(args)
+
+
+def _closed() -> int:
+    """Started with stdout or stderr closed (`>&-`): nothing is run -- a send would deliver a message and then
+    fail to say so -- and one line says why, on whichever of the two is open."""
+    which = "standard output" if sys.stdout is None else "standard error"
+    line = f"drover: {which} is closed: nothing was run (send it somewhere, e.g. >/dev/null)\n".encode()
+    try:
+        os.write(2 if sys.stderr is not None else 1, line)
+    except OSError:
+        pass
+    return 1
 
 
 def _full(args: list[str]) -> int:

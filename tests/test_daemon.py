@@ -411,3 +411,209 @@ def test_the_daemon_refuses_what_the_front_would_not_send_it(persistent: Path, i
     assert ask()["t"] == "started"
     assert status()["served"] == 1
     assert not (isolated / "config" / "drover" / "fleet.toml").exists()
+
+
+# -- the stranger-tester's findings --------------------------------------------------------------------------------
+
+
+def test_the_environment_a_daemon_stands_for_includes_tz_the_locale_every_drover_variable_and_the_umask(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Local times (TZ), the locale, any DROVER_* setting and the umask change what a command does: a daemon started
+    under other values must not serve it.  (The actor and the terminal travel with each request instead.)"""
+    monkeypatch.setenv("TZ", "Pacific/Kiritimati")
+    monkeypatch.setenv("LC_TIME", "C")
+    monkeypatch.setenv("DROVER_SOMETHING_NEW", "1")
+    monkeypatch.setenv("DROVER_ACTOR", "carried")
+    env = paths.environment()
+    assert env["TZ"] == "Pacific/Kiritimati" and env["LC_TIME"] == "C" and env["DROVER_SOMETHING_NEW"] == "1"
+    assert "DROVER_ACTOR" not in env and "DROVER_DAEMON" not in env
+    assert env[paths.UMASK] == f"{os.umask(0o022):04o}"
+    os.umask(int(env[paths.UMASK], 8))
+    first = paths.socket_path(env)
+    monkeypatch.setenv("TZ", "UTC")
+    assert paths.socket_path() != first  # another TZ reaches another daemon
+    monkeypatch.setenv("TZ", "Pacific/Kiritimati")
+    old = os.umask(0o077)
+    try:
+        assert paths.environment()[paths.UMASK] == "0077" and paths.socket_path() != first
+    finally:
+        os.umask(old)
+
+
+def test_the_daemon_refuses_another_tz_or_umask(persistent: Path, isolated: Path) -> None:
+    from drover.daemon import client
+    from drover.daemon import protocol as wire
+
+    assert drover_process("daemon", "start").code == 0
+    env = paths.environment()
+
+    def ask(**request: Any) -> str:
+        with client.connect(sock_path()) as sock:
+            base = {"t": "run", "v": wire.VERSION, "argv": ["log"], "cwd": str(isolated), "env": env, "tty": {}}
+            sock.sendall(wire.encode({**base, **request}))
+            return str(wire.decode(sock.readline())["t"])
+
+    assert ask(env={**env, "TZ": "Asia/Kolkata"}) == "refuse"
+    assert ask(env={**env, paths.UMASK: "0077"}) == "refuse"
+    assert ask(env={**env, "DROVER_FAULT": "after_accept"}) == "refuse"
+    assert ask() == "started"
+
+
+def test_a_umask_is_honoured_through_the_daemon(persistent: Path, isolated: Path) -> None:
+    """`(umask 077; drover op fleet.add ...)`: files made for the caller get the caller's umask, never the daemon's."""
+    assert drover_process("daemon", "start").code == 0
+    served = status()["served"]
+    proc = subprocess.run(
+        ["sh", "-c", 'umask 077; exec "$0" -m drover log', sys.executable],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(isolated),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert status()["served"] == served  # another environment: not this daemon's to serve
+    for sock in (persistent / "drover").glob("*.sock"):
+        pid = _pid_of(str(sock))
+        if pid and pid != status()["pid"]:
+            # the umask-077 caller's own daemon, if one was started for next time: it runs with that umask
+            assert (Path(f"/proc/{pid}/status").read_text().split("Umask:")[1].split()[0]) == "0077"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("ls", "--help"), ("send", "--help"), ("log", "--help"), ("op", "--help"), ("wait", "-h"), ("read", "--help")],
+)
+def test_a_commands_help_is_the_direct_help_byte_for_byte(persistent: Path, args: tuple[str, ...]) -> None:
+    assert drover_process("daemon", "start").code == 0
+    through = drover_process(*args, env={"COLUMNS": "91"})
+    direct = drover_process(*args, env={"COLUMNS": "91", "DROVER_DAEMON": "0"})
+    assert through.code == 0 and "Usage: drover" in through.out, through
+    assert (through.code, through.out, through.err) == (direct.code, direct.out, direct.err)
+
+
+def test_stdin_read_for_a_daemon_that_died_is_read_again_by_the_direct_run(persistent: Path, tmux: Tmux) -> None:
+    pane = tmux.agent("piped", "default", "--busy-after-message", "6")
+    assert drover_process("send", pane.address, "keep busy", env={"DROVER_DAEMON": "0"}).code == 0
+    assert drover_process("daemon", "start").code == 0
+    pid = status()["pid"]
+    request = json.dumps({"id": pane.address, "until": "idle", "timeout_s": 60})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "drover", "op", "sessions.wait", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(Path(__file__).resolve().parents[1]),
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(request)
+    proc.stdin.close()
+    proc.stdin = None  # (communicate must not flush it)
+    wait_for(lambda: status()["active"] == 1, what="the wait to run in the daemon")
+    stays(lambda: proc.poll() is None, 0.5, what="the wait under way (its stdin read by the daemon)")
+    os.kill(pid, signal.SIGKILL)
+    done = _finish(proc)
+    # The direct run read the same request (not an empty stdin) and waited as the daemon would have.
+    assert done.code == 0 and json.loads(done.out)["ok"] is True, done
+
+
+def test_stdin_too_big_for_the_protocol_or_closed_runs_directly(
+    persistent: Path, tmux: Tmux, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from drover.daemon import client
+    from drover.daemon import protocol as wire
+
+    pane = tmux.agent("big")
+    assert drover_process("daemon", "start").code == 0
+    monkeypatch.setattr(wire, "MAX_LINE", 1000)
+    text = "a long text " * 200
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode()), encoding="utf-8"))
+    monkeypatch.setattr(client, "SAVED", client._Saved())
+    assert client.run(["send", pane.address, "-"]) is None  # run it here ...
+    assert sys.stdin.read() == text  # ... with the very stdin the front read
+    monkeypatch.setattr(sys, "stdin", None)
+    monkeypatch.setattr(client, "SAVED", client._Saved())
+    assert client.run(["send", pane.address, "-"]) is None  # closed: the direct run says so
+    stays(lambda: pane.messages() == [], 1.0, what="nothing sent by the daemon")
+
+
+def test_a_relative_fleet_files_daemon_false_is_honoured(
+    persistent: Path, isolated: Path, tmux: Tmux, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fleet path is the caller's, resolved against the caller's working directory (the daemon runs from /)."""
+    tmux.agent("rel")
+    (isolated / "sub").mkdir()
+    (isolated / "sub" / "f.toml").write_text("[defaults]\ndaemon = false\n", encoding="utf-8")
+
+    def here(*args: str) -> CliResult:
+        # The editable install finds drover from any directory (PYTHONPATH, part of the environment, is kept).
+        proc = subprocess.run(
+            [sys.executable, "-m", "drover", *args], capture_output=True, text=True, timeout=60, cwd=str(isolated), env=os.environ
+        )
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+    def served() -> int:
+        return int(json.loads(here("daemon", "status", "--json").out)["served"])
+
+    assert here("daemon", "start").code == 0
+    assert here("ls").code == 0 and served() == 1  # (a daemon that serves this directory's commands)
+    assert here("ls", "--fleet", "sub/f.toml").code == 0
+    assert served() == 1  # not run by the daemon
+    monkeypatch.setenv("DROVER_FLEET", "./sub/f.toml")
+    assert here("daemon", "start").code == 0  # started by hand: a daemon for this environment
+    assert here("ls").code == 0
+    assert served() == 0
+
+
+def test_an_overlong_runtime_dir_is_not_used_for_the_socket(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/" + "x" * 90)
+    path = paths.socket_path()
+    assert path.startswith(f"/tmp/drover-{os.getuid()}/") and len(path.encode()) <= 107
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+    assert paths.socket_path().startswith("/run/user/1000/drover/")
+
+
+def test_a_stopped_daemon_is_given_up_on_mid_wait_and_said_to_be_not_answering(persistent: Path, tmux: Tmux) -> None:
+    pane = tmux.agent("sleepy", "default", "--busy-after-message", "120")
+    assert drover_process("send", pane.address, "keep busy", env={"DROVER_DAEMON": "0"}).code == 0
+    assert drover_process("daemon", "start").code == 0
+    pid = status()["pid"]
+    waiting = _background("wait", pane.address, "--until", "idle", "--timeout", "3")
+    wait_for(lambda: status()["active"] == 1, what="the wait to run in the daemon")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # No heartbeat from the daemon: the client gives up on it and runs the wait itself, which times out as a
+        # direct wait does (exit 9) -- it does not hang.
+        done = _finish(waiting, timeout=60)
+        assert done.code == 9, done
+        said = drover_process("daemon", "status")
+        assert said.code == 5 and f"a daemon (pid {pid}) is not answering" in said.out, said
+        started = drover_process("daemon", "start")
+        assert started.code == 5 and f"(pid {pid}) is not answering" in started.err, started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_a_host_key_removed_from_known_hosts_is_not_trusted_through_a_pooled_connection(
+    sshfleet: SSHFleet, persistent: Path, isolated: Path
+) -> None:
+    remote_agent(sshfleet, "h1", "keyed", isolated)
+    assert drover_process("daemon", "start").code == 0
+    assert drover_process("status", "h1:keyed").code == 0
+    assert drover_process("status", "h1:keyed").code == 0
+    host = {h["host"]: h for h in status()["hosts"]}["h1"]
+    assert host["connected"] and host["connects"] == 1, host  # nothing changed: the connection is kept
+    saved = sshfleet.known_hosts.read_bytes()
+    try:
+        sshfleet.known_hosts.write_bytes(b"")  # the user no longer trusts the host's key
+        direct = drover_process("status", "h1:keyed", env={"DROVER_DAEMON": "0"})
+        through = drover_process("status", "h1:keyed")
+        assert direct.code != 0 and "host key" in direct.err, direct
+        assert (through.code, through.err) == (direct.code, direct.err)
+    finally:
+        sshfleet.known_hosts.write_bytes(saved)
+    again = drover_process("status", "h1:keyed")
+    assert again.code == 0, again

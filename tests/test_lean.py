@@ -97,3 +97,19 @@ def test_commands_that_are_not_hot_still_run_the_full_cli(isolated: Path) -> Non
     code, out, imported = drover("fleet", "show", "--json", importtime=True)
     assert code == 0 and '"op": "fleet.show"' in out
     assert "asyncssh" not in imported  # nor does a local command pay for SSH
+
+
+def test_a_closed_stdout_or_stderr_runs_nothing_and_says_so_in_one_line(isolated: Path) -> None:
+    for redirect, shown in ((">&-", "stderr"), ("2>&-", "stdout")):
+        proc = subprocess.run(
+            ["sh", "-c", f'exec "$0" -m drover send local:nobody hello {redirect}', sys.executable],
+            capture_output=False,
+            stdout=subprocess.PIPE if shown == "stdout" else None,
+            stderr=subprocess.PIPE if shown == "stderr" else None,
+            timeout=60,
+            cwd=str(ROOT),
+        )
+        said = (proc.stdout if shown == "stdout" else proc.stderr).decode()
+        assert proc.returncode == 1 and said.startswith("drover: standard ") and said.count("\n") == 1, said
+        assert "Traceback" not in said
+    assert not (isolated / "home" / "truth.jsonl").exists()  # nothing was recorded, nothing sent

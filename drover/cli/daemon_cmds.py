@@ -36,6 +36,17 @@ def _status(path: str) -> dict[str, Any] | None:
     return answer if answer and answer.get("t") == "status" else None
 
 
+def _silent(path: str) -> int | None:
+    """The pid of a daemon that lives but does not answer (stopped with SIGSTOP, wedged)."""
+    from drover.daemon import client
+
+    return client.unanswering(path)
+
+
+def _silent_line(pid: int) -> str:
+    return f"a daemon (pid {pid}) is not answering (stopped? `kill -CONT {pid}`, or `kill {pid}`)"
+
+
 def _show(info: dict[str, Any]) -> None:
     hosts = info.get("hosts") or []
     connected = [h["host"] for h in hosts if h.get("connected")]
@@ -61,8 +72,12 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="print the daemo
     Exit 0 when one answers, 5 when none does."""
     path = _path()
     info = _status(path)
+    silent = _silent(path) if info is None else None
     if as_json:
-        print(json.dumps({"running": info is not None, "socket": path, **(info or {})}, default=str))
+        extra = {"pid": silent, "answering": False} if silent else {}
+        print(json.dumps({"running": info is not None, "socket": path, **extra, **(info or {})}, default=str))
+    elif silent is not None:
+        render.out.print(_silent_line(silent), markup=False)
     elif info is None:
         render.out.print(f"no daemon for this environment (socket {path})", markup=False)
     else:
@@ -78,6 +93,10 @@ def stop() -> None:
     path = _path()
     answer = client.control(path, {"t": "stop"})
     if answer is None:
+        silent = _silent(path)
+        if silent is not None:
+            render.err.print(f"drover: {_silent_line(silent)}: it was asked to stop and will when it runs again", markup=False)
+            raise typer.Exit(ExitCode.FAILED)
         render.out.print("no daemon running for this environment", markup=False)
         raise typer.Exit(ExitCode.OK)
     deadline = time.monotonic() + READY_WAIT_S
@@ -100,6 +119,10 @@ def start(
     if info is not None:
         render.out.print(f"already running: pid {info.get('pid')}, socket {path}", markup=False)
         raise typer.Exit(ExitCode.OK)
+    silent = _silent(path)
+    if silent is not None:
+        render.err.print(f"drover: {_silent_line(silent)}", markup=False)
+        raise typer.Exit(ExitCode.FAILED)
     if idle is not None and idle <= 0:
         raise typer.BadParameter("--idle must be above zero")
     if foreground:

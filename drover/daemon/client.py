@@ -34,6 +34,10 @@ CONNECT_TIMEOUT_S = 2.0
 # A daemon that took the request must say `started` (or refuse) within this: a stopped or wedged daemon costs the
 # caller this much, then the command runs directly.
 START_TIMEOUT_S = 10.0
+# Once started, the daemon sends a heartbeat every HEARTBEAT_S while the command runs; missing them for this long
+# the client gives up on it (a stopped or wedged daemon): a read runs directly, a send is reported uncertain.
+SILENCE_TIMEOUT_S = 10.0
+HELP_WORDS = frozenset(["--help", "-h"])
 EXIT_FAILED = 5  # drover.errors.ExitCode.FAILED (not imported: that module pulls in the remote package)
 EXIT_INTERRUPTED = 130
 
@@ -73,6 +77,29 @@ def _positional(rest: list[str]) -> str | None:
 
 class Gone(Exception):
     """The connection to the daemon broke (not a timeout): told apart from a broken pipe on our own stdout."""
+
+
+class Direct(Exception):
+    """The command is better run here: stdin is closed, or too big for the protocol (nothing was done yet)."""
+
+
+class _Saved:
+    """What this process read of its stdin for the daemon: a direct run after a fallback reads it again from here."""
+
+    stdin: bytes | None = None
+
+
+SAVED = _Saved()
+
+
+def asks_help(argv: list[str]) -> bool:
+    """--help or -h before any `--`: help is rendered here, exactly as a direct run renders it (width, colours)."""
+    for word in argv:
+        if word == "--":
+            return False
+        if word in HELP_WORDS:
+            return True
+    return False
 
 
 class Conn:
@@ -149,11 +176,24 @@ def _isatty(stream: object) -> bool:
 
 
 def run(argv: list[str]) -> int | None:
-    """Run the command through the daemon: its exit code, or None to run it directly."""
+    """Run the command through the daemon: its exit code, or None to run it directly (with whatever stdin was
+    read for the daemon put back as this process's stdin, so the direct run reads the same text)."""
+    code = _run(argv)
+    if code is None and SAVED.stdin is not None:
+        import io
+
+        old = sys.stdin
+        encoding = getattr(old, "encoding", None) or "utf-8"
+        errors = getattr(old, "errors", None) or "strict"
+        sys.stdin = io.TextIOWrapper(io.BytesIO(SAVED.stdin), encoding=encoding, errors=errors)
+    return code
+
+
+def _run(argv: list[str]) -> int | None:
     if not enabled() or "_DROVER_COMPLETE" in os.environ:
         return None  # shell completion is click's, from this process's environment: never a command to run
     command, rest = command_of(argv)
-    if command not in HOT:
+    if command not in HOT or asks_help(argv):
         return None
     env = paths.environment()
     path = paths.socket_path(env)
@@ -209,7 +249,9 @@ class Talk:
                 try:
                     line = self.sock.readline()
                 except TimeoutError:
-                    line = b""  # never said it started: treat it as gone (it ran nothing we know of)
+                    # Never said it started, or went silent after: treat it as gone.  (A stopped daemon continued
+                    # later finds the connection closed and cancels the command, as for a client killed.)
+                    line = b""
                 if not line.endswith(b"\n"):
                     return self.lost()
                 code = self.handle(wire.decode(line))
@@ -220,6 +262,12 @@ class Talk:
             _write(sys.stderr, "drover: interrupted\n")
             return EXIT_INTERRUPTED
         except Gone:
+            return self.lost()
+        except Direct:
+            # Asked for stdin, which is closed or too big to send: nothing was done yet (a command reads its text
+            # first), so it runs here; closing the connection cancels it in the daemon.
+            if not (self.accepting or self.accepted or self.printed):
+                return None
             return self.lost()
         except BrokenPipeError:
             return 0  # our own stdout closed: `drover ls | head -1`
@@ -237,10 +285,17 @@ class Talk:
             _write(sys.stderr, msg.get("d", ""))
         elif kind == "started":
             self.started = True
-            self.sock.settimeout(None)  # from here the daemon bounds the command by its own timeouts
+            # From here the daemon bounds the command by its own timeouts, and says it is alive every second: a
+            # daemon silent for SILENCE_TIMEOUT_S (stopped, wedged) is given up on as one that died.
+            self.sock.settimeout(SILENCE_TIMEOUT_S)
         elif kind == "stdin?":
-            data = _read_stdin()
-            self.sock.sendall(wire.encode({"t": "stdin", "d": data.decode("utf-8", "surrogateescape")}))
+            if sys.stdin is None:
+                raise Direct("stdin is closed")
+            SAVED.stdin = data = _read_stdin()
+            line = wire.encode({"t": "stdin", "d": data.decode("utf-8", "surrogateescape")})
+            if len(line) > wire.MAX_LINE:
+                raise Direct("stdin is too big for the daemon's protocol")
+            self.sock.sendall(line)
         elif kind == "accepting":
             self.accepting = True
         elif kind == "accepted":
@@ -321,6 +376,39 @@ def control(path: str, message: dict[str, object], timeout: float = 5.0) -> dict
             return None
 
 
+def unanswering(path: str) -> int | None:
+    """The pid of a daemon that holds `path`'s lock (so it lives) but did not answer: stopped (SIGSTOP) or wedged."""
+    import fcntl
+
+    if not os.path.exists(path):
+        return None
+    try:
+        fd = os.open(path[: -len(".sock")] + ".lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            pass  # held: a daemon lives
+        else:
+            return None  # nobody holds it: no daemon, a stale socket
+        pid = int(os.read(fd, 32).decode("ascii").strip() or "0")
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    if pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid
+
+
 # -- starting a daemon ---------------------------------------------------------------------------------------------
 
 
@@ -337,32 +425,57 @@ def autostart_allowed(argv: list[str]) -> bool:
     return fleet_allows(argv)
 
 
-def fleet_allows(argv: list[str]) -> bool:
-    """The fleet file's `daemon` setting (true when unset, or when the file cannot be read: the command itself
-    then reports the file's problem, in either mode)."""
+def fleet_of(argv: list[str], env: dict[str, str] | os._Environ[str] | None = None) -> str:
+    """The fleet file a command reads: --fleet, else $DROVER_FLEET, else the default (maybe relative: to the cwd)."""
+    env = os.environ if env is None else env
     fleet = None
     for i, word in enumerate(argv):
+        if word == "--":
+            break
         if word == "--fleet" and i + 1 < len(argv):
             fleet = argv[i + 1]
         elif word.startswith("--fleet="):
             fleet = word.split("=", 1)[1]
     if fleet is None:
-        fleet = os.environ.get("DROVER_FLEET") or os.path.join(
-            os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"), "drover", "fleet.toml"
-        )
+        config = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
+        fleet = env.get("DROVER_FLEET") or os.path.join(config, "drover", "fleet.toml")
+    return fleet
+
+
+def _defaults(path: str) -> dict:
+    """[defaults] of the fleet file at `path` ({} when unset, or when the file cannot be read: the command itself
+    then reports the file's problem, in either mode)."""
     try:
         import stat
         import tomllib
 
-        path = os.path.expanduser(fleet)
+        path = os.path.expanduser(path)
         if not stat.S_ISREG(os.stat(path).st_mode):
-            return True
+            return {}
         with open(path, "rb") as f:
             data = tomllib.load(f)
     except (OSError, ValueError):
-        return True
+        return {}
     defaults = data.get("defaults")
-    return not (isinstance(defaults, dict) and defaults.get("daemon") is False)
+    return defaults if isinstance(defaults, dict) else {}
+
+
+def fleet_file_allows(path: str) -> bool:
+    return _defaults(path).get("daemon") is not False
+
+
+def fleet_allows(argv: list[str]) -> bool:
+    """The fleet file's `daemon` setting (true when unset or unreadable), the file found as the command finds it."""
+    return fleet_file_allows(fleet_of(argv))
+
+
+def fleet_idle(argv: list[str]) -> float | None:
+    """`daemon_idle_s` of the command's fleet file, for a daemon it starts (the daemon itself runs from /, where a
+    relative fleet path means something else); None: the daemon's own default ($DROVER_DAEMON_IDLE_S first)."""
+    if os.environ.get("DROVER_DAEMON_IDLE_S"):
+        return None
+    value = _defaults(fleet_of(argv)).get("daemon_idle_s")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
 
 
 def start(argv: list[str], path: str) -> None:
@@ -375,7 +488,7 @@ def start(argv: list[str], path: str) -> None:
         paths.ensure_dir(os.path.dirname(path))
     except (OSError, paths.Unsafe):
         return
-    spawn(path)
+    spawn(path, fleet_idle(argv))
 
 
 def spawn(path: str, idle: float | None = None) -> int:

@@ -18,29 +18,41 @@ import stat
 import sys
 import zlib
 
-# What the work reads from the environment, here or in the helper and the programs it runs (grep os.environ).
-# DROVER_ACTOR is not among them: it is passed with each request (agents that differ only in their actor share
-# one daemon).  DROVER_DAEMON* only steer the front.
+# What the work reads from the environment, here or in the helper and the programs it runs (grep os.environ), and
+# what changes how the process behaves (TZ: local times; the locale; Python's I/O encoding).  Every DROVER_* and
+# LC_* variable is compared too (ENV_PREFIXES), but for the ones the front carries with each request or that only
+# steer the front (CARRIED).  The terminal's variables (TERM, COLUMNS, NO_COLOR, ...) are carried with each request.
 ENV_KEYS = (
     "HOME",
     "USER",
     "LOGNAME",
+    "LNAME",
+    "USERNAME",
     "PATH",
+    "TZ",
     "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
+    "LANGUAGE",
+    "TMPDIR",
+    "DISPLAY",
+    "PYTHONIOENCODING",
+    "PYTHONUTF8",
     "TMUX_TMPDIR",
     "CLAUDE_CONFIG_DIR",
     "CODEX_HOME",
     "XDG_CONFIG_HOME",
     "XDG_STATE_HOME",
     "XDG_RUNTIME_DIR",
-    "DROVER_HOME",
-    "DROVER_FLEET",
-    "DROVER_FAULT",
     "SSH_AUTH_SOCK",
     "PYTHONPATH",
 )
+ENV_PREFIXES = ("DROVER_", "LC_")
+# DROVER_ACTOR travels with each request (agents that differ only in their actor share one daemon); DROVER_DAEMON
+# and DROVER_DAEMON_IDLE_S decide whether and how long a daemon runs, never what a command does.
+CARRIED = frozenset(["DROVER_ACTOR", "DROVER_DAEMON", "DROVER_DAEMON_IDLE_S"])
+# The caller's umask (process-wide in the daemon, so it cannot be carried per request: it must match).
+UMASK = "(umask)"
+# sockaddr_un's sun_path is 108 bytes, with the terminating NUL.
+MAX_SOCKET_PATH = 107
 
 
 class Unsafe(Exception):
@@ -51,6 +63,10 @@ def environment(env: os._Environ[str] | dict[str, str] | None = None) -> dict[st
     """The part of the environment a daemon must share with its callers."""
     env = os.environ if env is None else env
     out = {k: env[k] for k in ENV_KEYS if k in env}
+    out.update((k, v) for k, v in env.items() if k.startswith(ENV_PREFIXES) and k not in CARRIED)
+    mask = os.umask(0o077)
+    os.umask(mask)
+    out[UMASK] = f"{mask:04o}"
     # Only $TMUX's socket is read (drover/remote/tmux.py); its pid and session index differ from pane to pane.
     tmux = env.get("TMUX", "").split(",")[0]
     if tmux:
@@ -76,9 +92,13 @@ def key(ident: dict[str, str]) -> str:
 def runtime_dir(env: dict[str, str] | os._Environ[str] | None = None) -> str:
     env = os.environ if env is None else env
     base = env.get("XDG_RUNTIME_DIR", "")
-    if base and os.path.isabs(base):
+    # A runtime directory so deep that the socket's path would not fit in a sockaddr_un is not used.
+    if base and os.path.isabs(base) and len(os.fsencode(os.path.join(base, "drover", SOCKET_NAME))) <= MAX_SOCKET_PATH:
         return os.path.join(base, "drover")
     return f"/tmp/drover-{os.getuid()}"
+
+
+SOCKET_NAME = "d-0123456789abcdef.sock"  # the shape of every socket's name (key() is 16 hex digits)
 
 
 def check_dir(path: str) -> None:

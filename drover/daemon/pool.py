@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,12 +14,45 @@ from drover.daemon.run import Request
 HELPERS_PER_HOST = 8  # below OpenSSH's MaxSessions (10 channels per connection)
 
 
+def trust_files(cfg: Any) -> list[str]:
+    """What decides whether a host is trusted and how it is reached, besides its fleet entry: the known_hosts
+    files (the user's, the system's, drover's own, the host's), ~/.ssh/config and the host's identity file."""
+    from drover.transport.ssh import drover_known_hosts
+
+    files = [
+        os.path.expanduser("~/.ssh/known_hosts"),
+        "/etc/ssh/ssh_known_hosts",
+        str(drover_known_hosts()),
+        os.path.expanduser("~/.ssh/config"),
+        "/etc/ssh/ssh_config",
+    ]
+    for name in ("known_hosts", "identity"):
+        value = getattr(cfg, name, None)
+        if value:
+            files.append(os.path.expanduser(str(value)))
+    return files
+
+
+def trust_stamp(cfg: Any) -> list[Any]:
+    """Each trust file's identity and state (a few stats, per request): any change -- a key removed from
+    known_hosts, an edited ssh config -- and the host's pooled connection is not used again."""
+    stamp: list[Any] = []
+    for path in trust_files(cfg):
+        try:
+            st = os.stat(path)
+            stamp.append([path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns])
+        except OSError as exc:
+            stamp.append([path, exc.errno])
+    return stamp
+
+
 class Pool:
     """One SSHTransport per host (persistent mode), on the daemon's loop; requests reach it from their threads."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.links: dict[str, tuple[str, Any]] = {}
+        self.stamps: dict[str, list[Any]] = {}  # per host: the trust files as they were when it last connected
         self.closing: set[asyncio.Future[None]] = set()  # old links being closed (kept referenced until done)
 
     def _link(self, host: str, cfg: Any, defaults: Any, profiles: dict[str, Any]) -> Any:
@@ -27,17 +61,26 @@ class Pool:
         # The fleet file is read again for every request; a host whose settings changed gets a new connection.
         key = json.dumps([cfg.model_dump(mode="json"), defaults.connect_timeout, profiles], sort_keys=True, default=str)
         known = self.links.get(host)
-        if known is not None and known[0] == key:
+        stamp = trust_stamp(cfg)
+        if known is not None and known[0] == key and self.stamps.get(host) == stamp:
             return known[1]
         if known is not None:
             self.closing.add(asyncio.ensure_future(known[1].close()))
         transport = SSHTransport(host, cfg, defaults, profiles, helpers=HELPERS_PER_HOST)
         self.links[host] = (key, transport)
+        self.stamps[host] = stamp
         return transport
 
     async def call(self, host: str, cfg: Any, defaults: Any, profiles: dict[str, Any], op: str, args: Any, timeout: float) -> Any:
         transport = self._link(host, cfg, defaults, profiles)
-        data = await transport.call(op, args, timeout=timeout)
+        connects = transport.connects
+        try:
+            data = await transport.call(op, args, timeout=timeout)
+        finally:
+            if transport.connects != connects and self.links.get(host, (None, None))[1] is transport:
+                # It (re)connected during this call: the trust files as they are now are what it was checked
+                # against (accept_new may have added the host's key), not a reason to connect again.
+                self.stamps[host] = trust_stamp(cfg)
         noticed, transport.warnings[:] = list(transport.warnings), []
         return data, noticed, transport.connect_seconds
 

@@ -85,7 +85,7 @@ class Request:
         """The client went away (Ctrl-C, killed): cancel the command as Ctrl-C would cancel a direct run."""
         self.gone = True
         if self.stdin is not None and not self.stdin.done():
-            self.stdin.set_result("")
+            self.stdin.cancel()  # not an empty text: the command ends there, having read nothing
         for loop in list(self.loops):
             try:
                 loop.call_soon_threadsafe(_cancel_all, loop)
@@ -107,6 +107,10 @@ class Out(io.TextIOBase):
         self.buffer = _Bytes(self)
 
     def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            # A text stream takes str only: click probes a stream with b"" to find out whether it is binary
+            # (then writes bytes, e.g. a command's --help, to it) -- it must find .buffer instead.
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         if text:
             self.request.send({"t": "out" if self.kind == "stdout" else "err", "d": text})
         return len(text)

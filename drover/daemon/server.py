@@ -36,6 +36,7 @@ from drover.daemon.pool import Pool, context_class
 from drover.daemon.run import ConsoleSwitch, Request, Switch, own_cwd, run_request
 
 DEFAULT_IDLE_S = 600.0
+HEARTBEAT_S = 1.0  # while a command runs, the client hears from the daemon at least this often (client.SILENCE_TIMEOUT_S)
 
 
 # -- the daemon --------------------------------------------------------------------------------------------------
@@ -90,9 +91,8 @@ class Daemon:
         self.own_cwd = _probe(own_cwd)  # where threads cannot have their own directory, no request is taken
         from drover.fleet import find_path
 
-        self._fleet_path = str(find_path(None)[0])
-        self._fleet_seen: tuple[int, int] | None = (-1, -1)
-        self._fleet_ok = True
+        self._fleet_path = str(find_path(None)[0])  # the daemon's own: `daemon = false` there stops it
+        self._fleets: dict[str, tuple[tuple[int, int, int] | None, bool]] = {}
 
     def context_maker(self, request: Request) -> Callable[..., Any]:
         if self._context_class is None:
@@ -205,23 +205,32 @@ class Daemon:
         if _sources() != self.sources:
             self.stop()
             return "drover's code changed since the daemon started"
-        if not self.fleet_allows():
-            self.stop()
+        from drover.daemon.client import fleet_of
+
+        cwd = str(msg["cwd"]) if isinstance(msg.get("cwd"), str) else "/"
+        fleet = os.path.join(cwd, os.path.expanduser(fleet_of([str(a) for a in argv], self.env)))
+        if not self.fleet_allows(fleet):
+            if os.path.realpath(fleet) == os.path.realpath(self._fleet_path):
+                self.stop()  # the daemon's own fleet file turned it off
             return "the fleet file turns persistent mode off (daemon = false)"
         return None
 
-    def fleet_allows(self) -> bool:
-        """`daemon = false` in the fleet file stops a running daemon too (read again whenever the file changes)."""
-        from drover.daemon.client import fleet_allows
+    def fleet_allows(self, path: str) -> bool:
+        """`daemon = false` in the request's fleet file (its path resolved against the caller's working directory),
+        read again whenever the file changes."""
+        from drover.daemon.client import fleet_file_allows
 
         try:
-            st = os.stat(self._fleet_path)
-            seen: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+            st = os.stat(path)
+            seen: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_size, st.st_ino)
         except OSError:
             seen = None
-        if seen != self._fleet_seen:
-            self._fleet_seen, self._fleet_ok = seen, fleet_allows([])
-        return self._fleet_ok
+        known = self._fleets.get(path)
+        if known is None or known[0] != seen:
+            if len(self._fleets) > 256:
+                self._fleets.clear()
+            known = self._fleets[path] = (seen, fleet_file_allows(path))
+        return known[1]
 
     async def run(self, msg: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         why = self.refusal(msg)
@@ -234,6 +243,19 @@ class Daemon:
         self.served += 1
         writer.write(wire.encode({"t": "started"}))
         threading.Thread(target=run_request, args=(request,), name="drover-request", daemon=True).start()
+        beats = asyncio.ensure_future(self.heartbeat(request))
+        try:
+            await self._follow(request, reader)
+        finally:
+            beats.cancel()
+
+    async def heartbeat(self, request: Request) -> None:
+        """`beat` every HEARTBEAT_S while the command runs: a client that stops hearing them gives up on us."""
+        while request in self.active:
+            await asyncio.sleep(HEARTBEAT_S)
+            request._write(wire.encode({"t": "beat"}))
+
+    async def _follow(self, request: Request, reader: asyncio.StreamReader) -> None:
         # Read what the client sends while the command runs: its stdin, or its end (Ctrl-C, killed).
         while request in self.active:
             try:
@@ -314,6 +336,9 @@ def lock(path: str) -> int | None:
     except OSError:
         os.close(fd)
         return None
+    # Its pid, for `drover daemon status` to name a daemon that holds the lock but does not answer (stopped).
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
 
 
