@@ -593,6 +593,8 @@ def test_a_stopped_daemon_is_given_up_on_mid_wait_and_said_to_be_not_answering(p
         assert said.code == 5 and f"a daemon (pid {pid}) is not answering" in said.out, said
         started = drover_process("daemon", "start")
         assert started.code == 5 and f"(pid {pid}) is not answering" in started.err, started
+        stopping = drover_process("daemon", "stop")
+        assert stopping.code == 5 and f"(pid {pid}) is not answering" in stopping.err, stopping
     finally:
         os.kill(pid, signal.SIGCONT)
 
@@ -617,3 +619,22 @@ def test_a_host_key_removed_from_known_hosts_is_not_trusted_through_a_pooled_con
         sshfleet.known_hosts.write_bytes(saved)
     again = drover_process("status", "h1:keyed")
     assert again.code == 0, again
+
+
+def test_a_relative_fleet_files_daemon_idle_s_is_the_started_daemons(
+    persistent: Path, isolated: Path, tmux: Tmux, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tmux.agent("idle")
+    monkeypatch.delenv("DROVER_DAEMON_IDLE_S")
+    (isolated / "sub").mkdir()
+    (isolated / "sub" / "g.toml").write_text("[defaults]\ndaemon_idle_s = 77\n", encoding="utf-8")
+    run = {"capture_output": True, "text": True, "timeout": 60, "cwd": str(isolated), "env": os.environ}
+    assert subprocess.run([sys.executable, "-m", "drover", "ls", "--fleet", "sub/g.toml"], **run).returncode == 0  # type: ignore[call-overload]
+
+    def info() -> dict[str, Any] | None:
+        proc = subprocess.run([sys.executable, "-m", "drover", "daemon", "status", "--json"], **run)  # type: ignore[call-overload]
+        doc = json.loads(proc.stdout)
+        return dict(doc) if doc["running"] else None
+
+    started = wait_for(info, 20, what="the daemon the first use started")
+    assert started["idle_timeout_s"] == 77  # the fleet file's, found from the caller's directory (the daemon runs from /)
