@@ -23,8 +23,10 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +65,27 @@ def _ns_prefix(pid: int) -> list[str]:
 
 def _unshare() -> list[str]:
     return ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-r", "-n"]
+
+
+@contextmanager
+def module_lab(prefix: str) -> Iterator[CodexLab]:
+    """One lab for a test module (one CODEX_HOME, one app-server daemon, one fake model: starting them is the slow
+    part); a module's tests each start their own panes.  CI must run against the real Codex CLI: elsewhere a machine
+    that cannot run it skips."""
+    import pytest
+
+    binary, why = ensure_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the tests against the real Codex CLI, but: {why}")
+        pytest.skip(f"the real Codex CLI cannot run here: {why}")
+    root = Path(tempfile.mkdtemp(prefix=prefix))  # short: Unix socket paths live under it
+    lab = CodexLab(root, binary)
+    try:
+        yield lab
+    finally:
+        lab.close()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def ensure_binary() -> tuple[Path | None, str]:

@@ -7,10 +7,7 @@ session draws the same thing, and that the reading proposed for drover (codexlab
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.codexlab import CodexLab, CodexSession, app_server, ensure_binary, read_screen, wait_for
+from tests.codexlab import CodexLab, CodexSession, app_server, module_lab, read_screen, wait_for
 from tests.conftest import stays
 
 SCREENS = Path(__file__).resolve().parent / "screens"
@@ -26,19 +23,8 @@ SCREENS = Path(__file__).resolve().parent / "screens"
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[CodexLab]:
-    """One lab for the module: starting its app-server daemon is the slow part; each test starts its own session."""
-    binary, why = ensure_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the tests against the real Codex CLI, but: {why}")
-        pytest.skip(f"the real Codex CLI cannot run here: {why}")
-    root = Path(tempfile.mkdtemp(prefix="dcx-"))  # short: Unix socket paths live under it
-    lab = CodexLab(root, binary)
-    try:
+    with module_lab("dcx-") as lab:
         yield lab
-    finally:
-        lab.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +22,7 @@ import pytest
 
 from drover.remote import codex, codex_queue
 from drover.remote import protocol as P
-from tests.codexlab import CodexLab, CodexSession, app_server, ensure_binary, wait_for
+from tests.codexlab import CodexLab, CodexSession, app_server, module_lab, wait_for
 from tests.conftest import CliResult, stays
 
 ENVELOPE_OPEN = '<cross-session-message from-session="{id}" from-name="drover (alice)" from-mode="prompting">'
@@ -32,24 +30,13 @@ ENVELOPE_OPEN = '<cross-session-message from-session="{id}" from-name="drover (a
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[CodexLab]:
-    """One lab (one CODEX_HOME, one app-server daemon, one fake model) for the module; each test its own panes."""
-    binary, why = ensure_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the tests against the real Codex CLI, but: {why}")
-        pytest.skip(f"the real Codex CLI cannot run here: {why}")
-    root = Path(tempfile.mkdtemp(prefix="dcq-"))  # short: Unix socket paths live under it
-    lab = CodexLab(root, binary)
-    # The `codex` a person's shell finds: a directory on the TUI's PATH (node is in /usr/bin, for the launcher).
-    bindir = root / "bin"
-    bindir.mkdir()
-    (bindir / "codex").symlink_to(binary)
-    lab.path_with = f"{bindir}:/usr/bin:/bin"  # type: ignore[attr-defined]
-    try:
+    with module_lab("dcq-") as lab:
+        # The `codex` a person's shell finds: a directory on the TUI's PATH (node is in /usr/bin, for the launcher).
+        bindir = lab.root / "bin"
+        bindir.mkdir()
+        (bindir / "codex").symlink_to(lab.binary)
+        lab.path_with = f"{bindir}:/usr/bin:/bin"  # type: ignore[attr-defined]
         yield lab
-    finally:
-        lab.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -360,11 +360,7 @@ class SSHTransport:
         try:
             result = await bounded(self._run(conn, command, bundle.preamble() + request), timeout, on_timeout=self.abort)
         except TimeoutError:
-            raise TransportError(
-                f"no answer to {op} within {timeout:g}s (the request may still complete there)",
-                host=self.host,
-                code=P.REQUEST_TIMEOUT,
-            ) from None
+            raise self._no_answer_in_time(op, timeout) from None
         except (asyncssh.Error, OSError) as exc:
             self._conn = None
             raise TransportError(
@@ -422,11 +418,7 @@ class SSHTransport:
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
             raise
         except TimeoutError:
-            raise TransportError(
-                f"no answer to {op} within {timeout:g}s (the request may still complete there)",
-                host=self.host,
-                code=P.REQUEST_TIMEOUT,
-            ) from None
+            raise self._no_answer_in_time(op, timeout) from None
         except HelperGone:
             assert helper is not None
             ran = await helper.ended()
@@ -532,6 +524,13 @@ class SSHTransport:
             done = await process.wait(check=False)
             err = done.stderr if isinstance(done.stderr, bytes) else b""
             return Ran(out, err, done.exit_status, done.exit_signal is not None)
+
+    def _no_answer_in_time(self, op: str, timeout: float) -> TransportError:
+        return TransportError(
+            f"no answer to {op} within {timeout:g}s (the request may still complete there)",
+            host=self.host,
+            code=P.REQUEST_TIMEOUT,
+        )
 
     def abort(self) -> None:
         """Drop the connection at once: a host that stopped answering would never finish a polite close."""
