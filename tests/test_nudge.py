@@ -17,7 +17,7 @@ import pytest
 
 import drover
 from drover import fleet as fleet_mod
-from drover.ops.nudge import in_quiet
+from drover.ops.nudge_run import in_quiet
 from tests.conftest import ROOT, Pane, Tmux, remote_agent, stays, wait_for
 
 ACTOR = "nudger"
@@ -463,7 +463,7 @@ def test_claude_session_busy_by_its_registry_and_sharing_its_directory(claude_la
 
 def test_last_sends_are_read_from_the_record_back_to_the_horizon(isolated: Path) -> None:
     from drover.ops.core import Context
-    from drover.ops.nudge import plan
+    from drover.ops.nudge_run import plan
     from drover.truth import TruthFile
 
     now = time.time()

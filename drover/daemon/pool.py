@@ -17,7 +17,7 @@ HELPERS_PER_HOST = 8  # below OpenSSH's MaxSessions (10 channels per connection)
 def trust_files(cfg: Any) -> list[str]:
     """What decides whether a host is trusted and how it is reached, besides its fleet entry: the known_hosts
     files (the user's, the system's, drover's own, the host's), ~/.ssh/config and the host's identity file."""
-    from drover.transport.ssh import drover_known_hosts
+    from drover.transport.host_keys import drover_known_hosts
 
     files = [
         os.path.expanduser("~/.ssh/known_hosts"),

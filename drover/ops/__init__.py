@@ -10,6 +10,7 @@ from drover.ops import (  # noqa: F401 - registration side effect
     handoff,
     messages,
     nudge,
+    nudge_run,
     send,
     sessions,
     spawn,
