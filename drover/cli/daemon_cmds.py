@@ -112,7 +112,7 @@ def start(
     idle: Annotated[float | None, typer.Option("--idle", help="seconds idle before it exits (default: the fleet's)")] = None,
 ) -> None:
     """Start this environment's daemon now (it also starts by itself on first use)."""
-    from drover.daemon import client, paths
+    from drover.daemon import autostart, paths
 
     path = _path()
     info = _status(path)
@@ -134,7 +134,7 @@ def start(
     except (OSError, paths.Unsafe) as exc:
         render.err.print(f"drover: {exc}", style="red", markup=False)
         raise typer.Exit(ExitCode.CONFIG) from None
-    client.spawn(path, idle)
+    autostart.spawn(path, idle)
     deadline = time.monotonic() + READY_WAIT_S
     while (info := _status(path)) is None and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -202,7 +202,9 @@ def _run(argv: list[str]) -> int | None:
     except (OSError, paths.Unsafe):
         # No daemon (or a stale socket, or one we will not trust): this command runs directly; the next one
         # finds a daemon.
-        start(argv, path)
+        from drover.daemon import autostart  # only when no daemon answered: not on the warm path
+
+        autostart.start(argv, path)
         return None
     request = {
         "t": "run",
@@ -407,111 +409,3 @@ def unanswering(path: str) -> int | None:
     except PermissionError:
         pass
     return pid
-
-
-# -- starting a daemon ---------------------------------------------------------------------------------------------
-
-
-def autostart_allowed(argv: list[str]) -> bool:
-    """On first use, unless turned off: DROVER_DAEMON=0, or `daemon = false` under [defaults] in the fleet file.
-
-    Under pytest only when DROVER_DAEMON=1: the suite runs drover hundreds of times, each test in its own
-    environment, and must not leave a daemon behind per test (tests of persistent mode turn it on)."""
-    setting = os.environ.get("DROVER_DAEMON", "")
-    if setting in ("0", "off", "no", "false"):
-        return False
-    if "PYTEST_CURRENT_TEST" in os.environ and setting != "1":
-        return False
-    return fleet_allows(argv)
-
-
-def fleet_of(argv: list[str], env: dict[str, str] | os._Environ[str] | None = None) -> str:
-    """The fleet file a command reads: --fleet, else $DROVER_FLEET, else the default (maybe relative: to the cwd)."""
-    env = os.environ if env is None else env
-    fleet = None
-    for i, word in enumerate(argv):
-        if word == "--":
-            break
-        if word == "--fleet" and i + 1 < len(argv):
-            fleet = argv[i + 1]
-        elif word.startswith("--fleet="):
-            fleet = word.split("=", 1)[1]
-    if fleet is None:
-        config = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
-        fleet = env.get("DROVER_FLEET") or os.path.join(config, "drover", "fleet.toml")
-    return fleet
-
-
-def _defaults(path: str) -> dict:
-    """[defaults] of the fleet file at `path` ({} when unset, or when the file cannot be read: the command itself
-    then reports the file's problem, in either mode)."""
-    try:
-        import stat
-        import tomllib
-
-        path = os.path.expanduser(path)
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return {}
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except (OSError, ValueError):
-        return {}
-    defaults = data.get("defaults")
-    return defaults if isinstance(defaults, dict) else {}
-
-
-def fleet_file_allows(path: str) -> bool:
-    return _defaults(path).get("daemon") is not False
-
-
-def fleet_allows(argv: list[str]) -> bool:
-    """The fleet file's `daemon` setting (true when unset or unreadable), the file found as the command finds it."""
-    return fleet_file_allows(fleet_of(argv))
-
-
-def fleet_idle(argv: list[str]) -> float | None:
-    """`daemon_idle_s` of the command's fleet file, for a daemon it starts (the daemon itself runs from /, where a
-    relative fleet path means something else); None: the daemon's own default ($DROVER_DAEMON_IDLE_S first)."""
-    if os.environ.get("DROVER_DAEMON_IDLE_S"):
-        return None
-    value = _defaults(fleet_of(argv)).get("daemon_idle_s")
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
-
-
-def start(argv: list[str], path: str) -> None:
-    """Start a daemon for this environment in the background, detached: its own session, no terminal, stdin from
-    /dev/null, output to a log beside the socket, no descriptor of ours (a `$(drover ...)` or a cron job must
-    not wait for it).  Several callers may race to start one: the daemon's lock lets one win."""
-    if not autostart_allowed(argv):
-        return
-    try:
-        paths.ensure_dir(os.path.dirname(path))
-    except (OSError, paths.Unsafe):
-        return
-    spawn(path, fleet_idle(argv))
-
-
-def spawn(path: str, idle: float | None = None) -> int:
-    """Fork the daemon off (double fork: nobody has to reap it); returns at once in the caller (0), or raises."""
-    log = path[: -len(".sock")] + ".log"
-    argv = [sys.executable, "-m", "drover.daemon.server", "--socket", path]
-    if idle is not None:
-        argv += ["--idle", str(idle)]
-    pid = os.fork()
-    if pid:
-        os.waitpid(pid, 0)
-        return 0
-    try:
-        os.setsid()
-        if os.fork():
-            os._exit(0)
-        os.chdir("/")
-        null = os.open(os.devnull, os.O_RDONLY)
-        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        os.dup2(null, 0)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.closerange(3, 65536)
-        os.execv(sys.executable, argv)
-    finally:
-        os._exit(127)

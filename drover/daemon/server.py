@@ -205,7 +205,7 @@ class Daemon:
         if _sources() != self.sources:
             self.stop()
             return "drover's code changed since the daemon started"
-        from drover.daemon.client import fleet_of
+        from drover.daemon.autostart import fleet_of
 
         cwd = str(msg["cwd"]) if isinstance(msg.get("cwd"), str) else "/"
         fleet = os.path.join(cwd, os.path.expanduser(fleet_of([str(a) for a in argv], self.env)))
@@ -218,7 +218,7 @@ class Daemon:
     def fleet_allows(self, path: str) -> bool:
         """`daemon = false` in the request's fleet file (its path resolved against the caller's working directory),
         read again whenever the file changes."""
-        from drover.daemon.client import fleet_file_allows
+        from drover.daemon.autostart import fleet_file_allows
 
         try:
             st = os.stat(path)
