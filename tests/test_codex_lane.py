@@ -176,7 +176,7 @@ def test_a_busy_thread_gets_it_as_its_own_turn_after_the_running_one(
     # not steered into the running turn: the running request was not dropped, and nothing new went to the model
     stays(lambda: all("queued behind the slow turn" not in json.dumps(r) for r in lab.requests_log()), 2.0, "no steer")
     lab.set_control()
-    wait_for(lambda: len(rollout_turns(s)) == 2, 30, "the queued turn")
+    wait_for(lambda: [bool(t) for t in rollout_turns(s)] == [True, True], 30, "the queued turn, with its message")
     first, second = rollout_turns(s)
     assert first == ["a slow turn"] and len(second) == 1 and second[0].startswith(ENVELOPE_OPEN.format(id=data["id"]))
     verified = cli("verify", data["id"], "--json").json()["data"]["messages"]
@@ -208,7 +208,7 @@ def test_an_approval_dialog_is_left_alone_and_the_message_runs_after_it(
     # The human approves (the dialog's own key): the command runs, the turn ends, then the queued message runs
     # as its own turn.  (Measured: after Esc the message stays in Codex's queue until the next turn ends.)
     s.keys("y")
-    wait_for(lambda: len(rollout_turns(s)) == 2, 30, "the queued turn")
+    wait_for(lambda: [bool(t) for t in rollout_turns(s)] == [True, True], 30, "the queued turn, with its message")
     assert marker.exists()
     first, second = rollout_turns(s)
     assert first == ["please touch the marker"] and second[0].startswith(ENVELOPE_OPEN.format(id=data["id"]) + "\ny\n")
