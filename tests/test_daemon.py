@@ -315,6 +315,43 @@ def test_a_stale_socket_is_replaced(persistent: Path, tmux: Tmux) -> None:
 # -- over SSH ------------------------------------------------------------------------------------------------------
 
 
+def test_a_transport_in_persistent_mode_never_runs_more_helpers_than_its_bound(sshfleet: SSHFleet) -> None:
+    """Sixteen requests at once through a transport bound to 2 helpers: all answered, and no more than 2 helpers
+    ever started.  A helper handed back to the idle list after its slot was released let a waiting request start a
+    third (CI saw 9 of 8)."""
+    import asyncio
+
+    from drover.fleet import load
+    from drover.transport import ssh
+
+    fleet, _ = load(Path(os.environ["DROVER_FLEET"]))
+    started: list[int] = []
+    real_start = ssh.Helper.start
+
+    async def counted(conn: Any, command: str) -> Any:
+        started.append(1)
+        return await real_start(conn, command)
+
+    async def run() -> list[Any]:
+        transport = ssh.SSHTransport("h1", fleet.host("h1"), fleet.defaults, {}, helpers=2)
+        try:
+            answers = []
+            for _ in range(3):  # rounds: a bound broken once would show in any of them
+                answers += await asyncio.gather(*(transport.call("hello", {}, timeout=30) for _ in range(16)))
+            assert len(transport._idle) <= 2 and transport.busy == 0
+            return answers
+        finally:
+            await transport.close()
+
+    ssh.Helper.start = counted  # type: ignore[method-assign]
+    try:
+        answers = asyncio.run(run())
+    finally:
+        ssh.Helper.start = real_start  # type: ignore[method-assign]
+    assert len(answers) == 48 and all(isinstance(a, dict) for a in answers)
+    assert 1 <= len(started) <= 2, f"{len(started)} helpers started for a bound of 2"
+
+
 def fleet_helpers(fleet: SSHFleet, host: str) -> list[int]:
     """The helpers running on one host of *this* fleet (other fleets on the machine name their hosts h1 too)."""
     home = f"HOME={fleet.host_home(host)}".encode()

@@ -314,10 +314,10 @@ class SSHTransport:
         command = self._command()
         helper: Helper | None = None
         conn: asyncssh.SSHClientConnection | None = None
-        answered = False
+        kept = False
 
         async def ask() -> tuple[dict[str, Any], bytes]:
-            nonlocal helper, conn
+            nonlocal helper, conn, kept
             async with self._slots:  # type: ignore[union-attr]
                 conn = await self._connection()
                 while self._idle and helper is None:
@@ -330,14 +330,19 @@ class SSHTransport:
                     helper = await Helper.start(conn, command)
                 self.busy += 1
                 try:
-                    return await helper.ask(request)
+                    answer = await helper.ask(request)
                 finally:
                     self.busy -= 1
+                # Back to the idle list *before* the slot is released: handed back after, a request waiting for the
+                # slot would find no idle helper and start one more than the bound (seen as 9 helpers of 8 in CI).
+                if self._conn is conn:
+                    self._idle.append((conn, helper))
+                    kept = True
+                return answer
 
         task = asyncio.ensure_future(ask())
         try:
             answer, noise = await bounded(task, timeout, on_timeout=self.abort)
-            answered = True
         except asyncio.CancelledError:
             task.cancel()  # the caller went away: so does the request (and the helper, closed below)
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
@@ -356,11 +361,8 @@ class SSHTransport:
                 f"the SSH connection was lost during {op}: {exc}", host=self.host, code=P.CONNECTION_LOST
             ) from None
         finally:
-            if helper is not None:
-                if answered and conn is not None and self._conn is conn:
-                    self._idle.append((conn, helper))
-                else:
-                    helper.close()  # cancelled or failed mid-request: its next answer would belong to nobody
+            if helper is not None and not kept:
+                helper.close()  # cancelled or failed mid-request: its next answer would belong to nobody
         return self._data(answer, noise)
 
     def _data(self, answer: dict[str, Any], noise: bytes) -> Any:
