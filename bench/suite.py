@@ -7,7 +7,8 @@ all honour: every tool pays the same key exchange, ed25519 keys on both sides. T
 paired with its peer's in the same round (so a neighbour's load falls on both):
 
   drover --help                     python -c pass
-  drover send local:agent TEXT      tmux send-keys -l TEXT, then tmux send-keys Enter (two processes)
+  drover send local:agent TEXT      tmux send-keys -l TEXT, then tmux send-keys Enter (two processes); cold and
+                                    through the daemon
   drover send h1:agent TEXT         ssh h1 'tmux send-keys -l TEXT \\; send-keys Enter'  (a fresh connection)
   the same, warm (drover daemon)    the same ssh through a warm ControlMaster
   drover ls over N hosts            parallel-ssh -p N 'python3 -I -c pass; tmux list-panes -a'; xargs -P N ssh true
@@ -315,7 +316,26 @@ class Bench:
         s = self.rounds(
             {"drover send local:agent": self.drover("send", "local:agent", "bench message {i}"), "tmux send-keys x2": peer}
         )
-        self.rows.append(("send local:PANE", s["drover send local:agent"], "tmux send-keys x2", s["tmux send-keys x2"], "<= 10x"))
+        self.rows.append(
+            ("send local:PANE, cold", s["drover send local:agent"], "tmux send-keys x2", s["tmux send-keys x2"], "<= 10x")
+        )
+        # After the first use a local send goes through the daemon too (it starts one): the path a user mostly sees.
+        if self.daemon():
+            warm = self.drover("send", "local:agent", "warm message {i}", env=self.warm_env)
+            warm(0)
+            s = self.hidden_cpu(
+                "warm local send", [], lambda: self.rounds({"drover send local:agent (daemon)": warm, "tmux send-keys x2": peer})
+            )
+            self.daemon_stop()
+            self.rows.append(
+                (
+                    "send local:PANE, warm",
+                    s["drover send local:agent (daemon)"],
+                    "tmux send-keys x2",
+                    s["tmux send-keys x2"],
+                    "<= 10x",
+                )
+            )
 
     def remote_send(self) -> None:
         print("remote send, cold")
