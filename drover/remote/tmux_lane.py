@@ -173,17 +173,24 @@ def check_pane(
     return None, screen, seen
 
 
-def _settle(socket: str, pane_id: str, before: str, max_wait: float) -> str:
-    """Wait until the paste has shown on screen and the screen stopped changing (or max_wait passed)."""
+def _settle(session: Session, before: str, max_wait: float, profile: Dict[str, Any], payload: str) -> str:
+    """Wait until the paste shows in the input box and the screen holds still (or max_wait passed).
+
+    Polled every 10 ms, so a program that renders at once costs a few captures, not a fixed pause.  "Holds still"
+    alone is not enough at that pace (a program that renders a paste in two frames can look still between them), so
+    an agent's screen must also show the pasted text; a shell's is checked by the prompt line in the second look.
+    """
+    socket, pane_id = session["socket"], session["id"]
     deadline = time.monotonic() + max_wait
     last = before
     changed = False
     while time.monotonic() < deadline:
-        time.sleep(0.03)
+        time.sleep(0.01)
         now = capture(socket, pane_id)
         if now != before:
             if changed and now == last:
-                return now
+                if session["engine"] == "shell" or not profile.get("input") or classify(now, profile, payload).get("shows_paste"):
+                    return now
             changed = True
         last = now
     return last
@@ -278,7 +285,7 @@ def _deliver_locked(session: Session, payload: str, args: Dict[str, Any], profil
                 pass
     profile = profiles[engine]
     try:
-        _settle(socket, pane_id, before, float(args.get("settle_s", 3.0)) + len(payload) / 200000.0)
+        _settle(session, before, float(args.get("settle_s", 3.0)) + len(payload) / 200000.0, profile, payload)
         # Some engines take an Enter that follows a paste too closely as a newline (gemini-cli under tmux): wait
         # here, before the last look, so that nothing but a tmux call stands between that look and Enter.
         time.sleep(float(profile.get("submit_delay_s") or 0))
@@ -330,7 +337,7 @@ def _submitted(session: Session, payload: str, profiles: Profiles, seconds: floa
             return True
         if time.monotonic() >= deadline:
             return False
-        time.sleep(0.05)
+        time.sleep(0.015)
 
 
 def _second_look(session: Session, payload: str, profiles: Profiles, status: Any, before: str) -> Optional[Outcome]:
