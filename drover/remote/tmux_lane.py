@@ -176,24 +176,26 @@ def check_pane(
 def _settle(session: Session, before: str, max_wait: float, profile: Dict[str, Any], payload: str) -> str:
     """Wait until the paste shows in the input box and the screen holds still (or max_wait passed).
 
-    Polled every 10 ms, so a program that renders at once costs a few captures, not a fixed pause.  "Holds still"
-    alone is not enough at that pace (a program that renders a paste in two frames can look still between them), so
-    an agent's screen must also show the pasted text; a shell's is checked by the prompt line in the second look.
+    Polled every 5 ms, so a program that renders at once costs a few captures (each a tmux call), not a fixed
+    pause.  "Holds still" (two captures alike after the change) alone is not enough at that pace -- a program that
+    renders a paste in two frames can look still between them -- so an agent's screen must also show the whole
+    pasted text; a shell's is checked by its prompt line in the second look.
     """
     socket, pane_id = session["socket"], session["id"]
+    whole = session["engine"] == "shell" or not profile.get("input")
     deadline = time.monotonic() + max_wait
     last = before
     changed = False
-    while time.monotonic() < deadline:
-        time.sleep(0.01)
+    while True:
         now = capture(socket, pane_id)
         if now != before:
-            if changed and now == last:
-                if session["engine"] == "shell" or not profile.get("input") or classify(now, profile, payload).get("shows_paste"):
-                    return now
+            if changed and now == last and (whole or classify(now, profile, payload).get("shows_paste")):
+                return now
             changed = True
         last = now
-    return last
+        if time.monotonic() >= deadline:
+            return last
+        time.sleep(0.005)
 
 
 def _verdict(seen: Dict[str, Any], profile: Dict[str, Any], engine: str) -> Tuple[Optional[str], str]:

@@ -115,11 +115,13 @@ def find(session: Session, args: Dict[str, Any], lane: str) -> Dict[str, Any]:
 def wait_found(session: Session, args: Dict[str, Any], lane: str, seconds: float) -> Dict[str, Any]:
     """find(), again and again for up to `seconds`: a receiver writes its record a moment after it takes a message."""
     deadline = time.monotonic() + seconds
+    pause = 0.01  # most receivers write within a few ms: look again soon, then back off to 100 ms
     while True:
         seen = find(session, args, lane)
         if seen["found"] is not False or time.monotonic() >= deadline:
             return seen
-        time.sleep(0.1)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def in_input(session: Session, args: Dict[str, Any], profiles: Profiles) -> Optional[bool]:
