@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -350,6 +351,28 @@ def test_a_transport_in_persistent_mode_never_runs_more_helpers_than_its_bound(s
         ssh.Helper.start = real_start  # type: ignore[method-assign]
     assert len(answers) == 48 and all(isinstance(a, dict) for a in answers)
     assert 1 <= len(started) <= 2, f"{len(started)} helpers started for a bound of 2"
+
+
+def test_a_wait_in_the_daemon_whose_client_was_killed_frees_its_helper(
+    sshfleet: SSHFleet, persistent: Path, isolated: Path
+) -> None:
+    """kill -9 of a client waiting through the daemon: the daemon drops the request and closes that helper's
+    channel, and the helper on the host -- blocked in the wait -- sees its caller gone and ends, instead of holding
+    one of the host's 8 helpers until the wait's own timeout."""
+    remote_agent(sshfleet, "h2", "lasting", isolated)
+    assert drover_process("daemon", "start").code == 0
+    before = set(fleet_helpers(sshfleet, "h2"))  # a fresh daemon: no helper of its own yet, so the wait starts one
+    client = _background("wait", "h2:lasting", "--until", "exited", "--timeout", "120")
+    try:
+        wait_for(lambda: status()["active"] == 1, what="the wait to run in the daemon")
+        working = wait_for(lambda: set(fleet_helpers(sshfleet, "h2")) - before, what="the wait's helper on h2")
+        time.sleep(0.5)  # well into the wait
+        assert client.poll() is None, client.communicate()
+    finally:
+        client.kill()
+        client.communicate()
+    wait_for(lambda: not working & set(fleet_helpers(sshfleet, "h2")), timeout=10, what="the helper to end")
+    wait_for(lambda: status()["active"] == 0, what="the daemon to drop the request")
 
 
 def fleet_helpers(fleet: SSHFleet, host: str) -> list[int]:

@@ -364,3 +364,31 @@ def test_an_empty_host_is_a_usage_error_and_a_newline_in_a_path_is_shown_not_pri
     odd.write_text("x")
     res = cli("wait-file", "local", str(odd), "--timeout", "2")
     assert res.code == 0 and len(res.out.strip().splitlines()) == 1 and "two\u2424lines" in res.out, res.out
+
+
+@pytest.mark.parametrize("what", ["wait-file", "wait"])
+def test_a_wait_whose_caller_was_killed_frees_the_host_at_once(sshfleet: SSHFleet, isolated: Path, what: str) -> None:
+    """`kill -9` of a waiting client: the helper on the host sees its caller gone (its stdout's reader closed) and
+    ends within a slice, instead of holding a process there until the wait's own timeout (120 s here)."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import remote_agent
+
+    if what == "wait-file":
+        (sshfleet.host_home("h2") / "jobs").mkdir(exist_ok=True)
+        args = ["wait-file", "h2", "jobs/never.json", "--timeout", "120"]
+    else:
+        remote_agent(sshfleet, "h2", "lasting", isolated)
+        args = ["wait", "h2:lasting", "--until", "exited", "--timeout", "120"]
+    before = set(helper_pids("h2"))
+    client = subprocess.Popen([sys.executable, "-m", "drover", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        waiting = wait_for(lambda: set(helper_pids("h2")) - before, what="the wait's helper to run on h2")
+        time.sleep(0.5)  # well into the wait
+        assert client.poll() is None, client.communicate()
+    finally:
+        client.send_signal(signal.SIGKILL)
+        client.communicate()
+    wait_for(lambda: not (set(helper_pids("h2")) & waiting), timeout=10, what="the helper to leave h2")

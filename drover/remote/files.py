@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Any, Dict, Optional, Tuple
 
+from . import caller
 from . import protocol as P
 from .protocol import HelperError
 
@@ -255,6 +256,7 @@ def wait_file(args: Dict[str, Any], profiles: Dict[str, Any]) -> Dict[str, Any]:
         writing_since: Optional[float] = None
         interval = POLL_MIN_S
         while True:
+            caller.check()  # between slices (each at most POLL_MAX_S): a wait nobody awaits ends here
             left = timeout - (time.monotonic() - started)
             if left <= 0:
                 return _answer(path, None, signature(path), how, started)

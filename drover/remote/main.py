@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any, BinaryIO, Callable, Dict, List, Optional
 
+from . import caller
 from . import protocol as P
 from .profiles import merge_profiles
 from .protocol import HelperError
@@ -173,6 +174,8 @@ def handle(request: Any) -> Dict[str, Any]:
             raise HelperError(P.BAD_REQUEST, "unknown helper op %r" % request.get("op"))
         profiles = merge_profiles(request.get("profiles"))
         answer.update(ok=True, data=op(request.get("args") or {}, profiles))
+    except caller.CallerGone:
+        raise  # nobody to answer: serve() stops
     except HelperError as exc:
         error: Dict[str, Any] = {"code": exc.code, "message": exc.message}
         error.update(exc.extra)
@@ -188,7 +191,11 @@ def frame(answer: Dict[str, Any]) -> bytes:
 
 
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
-    """Answer each request line until stdin ends."""
+    """Answer each request line until stdin ends (or a wait finds its caller gone)."""
+    try:
+        caller.watch(stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        pass  # not a real descriptor (a test's buffer): nothing to watch
     while True:
         line = stdin.readline()
         if not line:
@@ -202,7 +209,10 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
             answer: Dict[str, Any] = {"helper": P.PROTOCOL, "bundle": bundle_hash(), "ok": False}
             answer["error"] = {"code": P.BAD_REQUEST, "message": "bad JSON: %s" % exc}
         else:
-            answer = handle(request)
+            try:
+                answer = handle(request)
+            except caller.CallerGone:
+                return 0
         answer["took_ms"] = round((time.monotonic() - started) * 1000, 1)
         stdout.write(frame(answer))
         stdout.flush()

@@ -6,7 +6,7 @@ Either way the waiting happens here, on the host -- never as a loop of requests 
 import time
 from typing import Any, Dict
 
-from . import claude, inbox, procs
+from . import caller, claude, inbox, procs
 from . import protocol as P
 from .discovery import Profiles, Session, brief, find, pane_of, public
 from .protocol import HelperError
@@ -19,6 +19,7 @@ def wait_claude(session: Session, until: str, timeout: float) -> Dict[str, Any]:
     started = time.monotonic()
     if until == "exited":
         while time.monotonic() - started < timeout:
+            caller.check()
             if not claude.alive(rec):
                 return {"reached": True, "state": "exited", "how": "watched the process on the host"}
             time.sleep(0.2)
@@ -35,6 +36,7 @@ def wait_claude(session: Session, until: str, timeout: float) -> Dict[str, Any]:
         # on a killed session ends at once instead of at its timeout.
         notice = None
         while notice is None:
+            caller.check()  # a wait nobody awaits ends here (its reply socket is removed on the way out)
             left = timeout - (time.monotonic() - started)
             if left <= 0:
                 return {"reached": False, "state": session["state"], "how": "notify_when_idle (no notice before the timeout)"}
@@ -51,6 +53,7 @@ def wait_pane(session: Session, until: str, timeout: float, profiles: Profiles) 
     started = time.monotonic()
     state = "unknown"
     while True:
+        caller.check()
         try:
             flags = pane_flags(session["socket"], session["id"])
         except HelperError:
