@@ -382,3 +382,41 @@ def test_a_repeated_or_empty_selector_is_refused_not_half_kept(tmux: Tmux, cli: 
         assert res.code == 2 and "is empty" in res.err, res.out + res.err
     stays(lambda: a1.messages() == [] and a2.messages() == [])
     assert log_rows() == []
+
+
+def test_ctrl_c_half_way_prints_every_row_with_the_one_on_its_way_marked_indeterminate(tmux: Tmux) -> None:
+    """SIGINT while one send waits for its pane (another sender holds it) and the others have landed: `--json`
+    still prints one row per session -- the delivered ones as delivered, the one on its way as interrupted and
+    indeterminate with its id (the record says the same) -- and exits 130.  Nothing lands after the exit."""
+    import subprocess
+    import sys
+
+    from drover.remote.tmux_lane import PaneLock
+
+    panes = [tmux.agent(f"cut-{i}") for i in (1, 2, 3)]
+    lock = PaneLock(_socket_of(panes[1]), panes[1].id, 1.0)
+    assert lock.__enter__()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "drover", "--actor", ACTOR, "broadcast", "--name", "cut-*", "half way", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(lambda: panes[0].messages() and panes[2].messages(), what="the two free panes to get it")
+        wait_for(lambda: len(log_rows()) == 3, what="all three sends under way in the record")
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        lock.__exit__()
+    assert proc.returncode == 130, (out, err)
+    doc = json.loads(out)
+    assert doc["data"]["interrupted"] is True and doc["errors"][0]["code"] == "interrupted"
+    rows = {r["session"]["name"]: r for r in doc["data"]["messages"]}
+    assert [rows[n]["outcome"] for n in ("cut-1", "cut-3")] == ["delivered", "delivered"], rows
+    cut = rows["cut-2"]
+    assert (cut["outcome"], cut["code"], cut["indeterminate"]) == ("failed", "interrupted", True), cut
+    recorded = {m["id"]: m for m in log_rows()}
+    assert cut["id"] in recorded and recorded[cut["id"]]["code"] == "interrupted"
+    stays(lambda: not panes[1].messages(), 1.5, what="nothing landing after the broadcast was interrupted")

@@ -189,14 +189,22 @@ async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
     hosts = ctx.fleet.select(req.hosts, req.tags)
     broadcast = new_broadcast_id()
     matched = 0
+    begun = time.time()
+    # What is known as it happens, for a broadcast interrupted half-way (Ctrl-C): the rows already finished, and
+    # the sessions each answering host listed.
+    finished: list[dict[str, Any]] = []
+    listed: dict[str, list[dict[str, Any]]] = {}
 
     async def one(host: str, s: dict[str, Any]) -> dict[str, Any]:
         if not s.get("human"):
-            return await _send(ctx, req, broadcast, actor, host, s)
-        try:
-            return _skip(ctx, broadcast, actor, host, s, req.text)
-        except DroverError as exc:  # the truth file cannot take it: a row of its own, not the host's other rows lost
-            return _not_recorded(host, s, exc)
+            row = await _send(ctx, req, broadcast, actor, host, s)
+        else:
+            try:
+                row = _skip(ctx, broadcast, actor, host, s, req.text)
+            except DroverError as exc:  # the truth file cannot take it: a row of its own, not the host's other rows lost
+                row = _not_recorded(host, s, exc)
+        finished.append(row)
+        return row
 
     async def on_host(host: str) -> list[dict[str, Any]]:
         """Who is there, then the message to each chosen session at once: one host's work, in one connection slot."""
@@ -207,6 +215,7 @@ async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
         warnings.extend({"host": host, "message": w} for w in data.get("warnings", []) if isinstance(w, str))
         chosen = [s for s in data.get("sessions", []) if _selected(req, s)]
         matched += len(chosen)
+        listed[host] = chosen
         channels = asyncio.Semaphore(PER_HOST)
 
         async def bounded(s: dict[str, Any]) -> dict[str, Any]:
@@ -218,7 +227,11 @@ async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     warnings: list[dict[str, Any]] = []
-    answers = await fan_out_each(ctx, hosts, on_host)
+    try:
+        answers = await fan_out_each(ctx, hosts, on_host)
+    except asyncio.CancelledError:
+        # Ctrl-C: every send under way has recorded itself as interrupted on its way out; say what is known.
+        return _interrupted(ctx, broadcast, actor, hosts, begun, finished, listed, warnings)
     for host, done, err in answers:
         if err is not None:
             rows.append({**_host_failed(host, err), "exit_code": int(ExitCode.FAILED)})
@@ -255,3 +268,64 @@ async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
         "warnings": warnings,
     }
     return Result(data, errors, exit_code)
+
+
+def _interrupted(
+    ctx: Context,
+    broadcast: str,
+    actor: str,
+    hosts: list[str],
+    begun: float,
+    finished: list[dict[str, Any]],
+    listed: dict[str, list[dict[str, Any]]],
+    warnings: list[dict[str, Any]],
+) -> Result:
+    """A broadcast stopped half-way: a row for every session and host it reached, as honest as the record.
+
+    Finished sends keep their rows.  A send that was on its way is read back from the truth file (it recorded
+    itself `interrupted`, may-have-arrived, as it stopped), so its row carries its id for `drover retry`.  A session
+    a host listed but whose send never started, and a host that had not answered yet, got nothing: said so."""
+    rows = [{k: v for k, v in r.items() if k != "exit_code"} for r in finished]
+    seen = {r["id"] for r in rows if r.get("id")}
+    reached: set[tuple[str, str]] = {(r["host"], r["target"]) for r in rows if r.get("target")}
+    try:
+        recorded = [m for m in ctx.truth.query(10_000, begun).messages if m.options.get("broadcast") == broadcast]
+    except DroverError:
+        recorded = []  # the record cannot be read now: those sends show below as not known to have started
+    briefs = {(host, s["pin"]): _brief(s) for host, chosen in listed.items() for s in chosen}
+    for m in recorded:
+        if m.id in seen:
+            continue
+        keys = ("id", "host", "target", "outcome", "code", "detail", "lane", "verified", "indeterminate")
+        rows.append({**{k: m.to_dict().get(k) for k in keys}, "session": m.session or briefs.get((m.host, m.target))})
+        reached.add((m.host, m.target))
+    for host in hosts:
+        if host not in listed:
+            detail = "interrupted before this host said who is there: nothing was sent there"
+            rows.append(_cut(host, None, None, detail))
+            continue
+        for s in listed[host]:
+            if (host, s["pin"]) not in reached:
+                rows.append(_cut(host, s["pin"], _brief(s), "interrupted before its turn: nothing was sent to it"))
+    order = {h: i for i, h in enumerate(hosts)}
+    rows.sort(key=lambda r: (r.get("session") is not None, order.get(r["host"], len(order)), natural(r.get("target") or "")))
+    data = {
+        "broadcast": broadcast,
+        "actor": actor,
+        "messages": rows,
+        "counts": dict(Counter(r["outcome"] for r in rows)),
+        "summary": "interrupted: " + summary_line(broadcast, rows, len(hosts)),
+        "warnings": warnings,
+        "interrupted": True,
+    }
+    error = {
+        "code": P.INTERRUPTED,
+        "message": f"broadcast {broadcast} was interrupted: {len(finished)} of its sends had finished",
+        "hint": "the rows marked indeterminate may have arrived: `drover retry ID` finds out (`drover log --pending`)",
+    }
+    return Result(data, [error], ExitCode.INTERRUPTED)
+
+
+def _cut(host: str, target: str | None, session: dict[str, Any] | None, detail: str) -> dict[str, Any]:
+    row = {"id": None, "host": host, "target": target, "outcome": P.FAILED, "code": P.INTERRUPTED, "detail": detail}
+    return {**row, "session": session}
