@@ -14,6 +14,7 @@ import resource
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -285,3 +286,47 @@ def test_engine_detection_reads_a_panes_process_tree_not_the_whole_machine(tmux:
     one = procs.proc_table()
     assert procs.detect_engine(root(shell), one, profiles) == ("shell", root(shell))
     assert 0 < len(one) <= 3 < len(full)  # sh and sleep, not the machine
+
+
+def test_the_daemon_keeps_at_most_its_descriptor_bound_of_hosts_connected(big_fleet: SSHFleet, isolated: Path) -> None:
+    """A daemon allowed 120 descriptors (hard limit too, so it cannot raise it) keeps at most (120 - 64) / 2 = 28
+    hosts connected: `ls` over 60 hosts through it, twice, answers every host both times; the least recently used
+    connections are closed as new hosts come, and the daemon never holds more descriptors than it may."""
+    names = fleet_file(big_fleet, isolated / "fleet.toml", None, hosts=60, concurrency=8)
+    run = Path(tempfile.mkdtemp(prefix="drd-"))
+    env = {
+        **os.environ,
+        "HOME": str(big_fleet.client_home),
+        "DROVER_FLEET": str(isolated / "fleet.toml"),
+        "DROVER_HOME": str(isolated / "dh"),
+        "DROVER_DAEMON": "1",
+        "XDG_RUNTIME_DIR": str(run),
+    }
+    env.pop("SSH_AUTH_SOCK", None)
+
+    def drover_d(*args: str, nofile: int | None = None) -> subprocess.CompletedProcess[str]:
+        limit = None if nofile is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        return subprocess.run(
+            [sys.executable, "-m", "drover", *args],
+            env=env,
+            cwd=str(ROOT),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=limit,
+        )
+
+    assert drover_d("daemon", "start", nofile=120).returncode == 0
+    try:
+        pid = json.loads(drover_d("daemon", "status", "--json").stdout)["pid"]
+        sampler = Sampler(pid)
+        for _ in range(2):
+            res = drover_d("ls", "--tag", "scale", "--json")
+            assert res.returncode == 0, res.stderr[-2000:]
+            assert sorted(r["host"] for r in json.loads(res.stdout)["data"]["hosts"] if r["ok"]) == names
+        info = json.loads(drover_d("daemon", "status", "--json").stdout)
+        assert info["max_links"] == 28 and len(info["hosts"]) <= 28, (info["max_links"], len(info["hosts"]))
+        assert info["evicted"] >= 60 - 28, info["evicted"]
+        assert info["served"] >= 2 and sampler.max_fds <= 120, sampler.max_fds
+    finally:
+        drover_d("daemon", "stop")

@@ -58,6 +58,9 @@ def _show(info: dict[str, Any]) -> None:
     )
     render.out.print(f"socket: {info.get('socket')}", markup=False)
     render.out.print(f"hosts connected: {', '.join(connected) or 'none'}", markup=False)
+    if info.get("max_links") is not None:
+        closed = f"; {info.get('evicted')} closed as the least recently used" if info.get("evicted") else ""
+        render.out.print(f"hosts kept: {len(hosts)} of at most {info['max_links']}{closed}", markup=False)
     for h in hosts:
         render.out.print(
             f"  {h['host']}: {'connected' if h.get('connected') else 'not connected'}, {h.get('helpers')} helpers "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,30 @@ def trust_stamp(cfg: Any) -> list[Any]:
     return stamp
 
 
+def max_links() -> int:
+    """How many hosts may keep a connection: half of what is left of the descriptor limit after drover's own few
+    dozen (a ProxyJump host takes two).  The daemon raises its soft limit to the hard one when it starts."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 4096
+    return max(1, (soft - 64) // 2)
+
+
+def raise_descriptor_limit(ceiling: int = 65536) -> None:
+    """The soft descriptor limit up to the hard one (at most `ceiling`): the daemon holds a connection per host."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = ceiling if hard == resource.RLIM_INFINITY else min(hard, ceiling)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (OSError, ValueError):
+            pass  # kept as it was: max_links() follows whatever the limit is
+
+
 class Pool:
     """One SSHTransport per host (persistent mode), on the daemon's loop; requests reach it from their threads."""
 
@@ -54,6 +79,29 @@ class Pool:
         self.links: dict[str, tuple[str, Any]] = {}
         self.stamps: dict[str, list[Any]] = {}  # per host: the trust files as they were when it last connected
         self.closing: set[asyncio.Future[None]] = set()  # old links being closed (kept referenced until done)
+        self.used: dict[str, float] = {}  # per host: when a request last used its link (least recently used goes first)
+        self.inflight: dict[str, int] = {}  # per host: requests at work on its link now (never closed under them)
+        self.evicted = 0
+
+    def _retire(self, transport: Any) -> None:
+        closing = asyncio.ensure_future(transport.close())
+        self.closing.add(closing)
+        closing.add_done_callback(self.closing.discard)
+
+    def _evict(self, keep: str) -> None:
+        """At most max_links() hosts keep a connection: past that, the least recently used ones with no request at
+        work are closed (a fleet of thousands would otherwise hold a descriptor per host it ever reached, until the
+        daemon ran out).  A host evicted is connected again when next asked."""
+        over = len(self.links) - max_links()
+        if over <= 0:
+            return
+        idle = sorted((self.used.get(h, 0.0), h) for h in self.links if h != keep and not self.inflight.get(h))
+        for _when, host in idle[:over]:
+            _key, transport = self.links.pop(host)
+            self.stamps.pop(host, None)
+            self.used.pop(host, None)
+            self._retire(transport)
+            self.evicted += 1
 
     def _link(self, host: str, cfg: Any, defaults: Any, profiles: dict[str, Any]) -> Any:
         from drover.transport.ssh import SSHTransport
@@ -65,13 +113,26 @@ class Pool:
         if known is not None and known[0] == key and self.stamps.get(host) == stamp:
             return known[1]
         if known is not None:
-            self.closing.add(asyncio.ensure_future(known[1].close()))
+            self._retire(known[1])
         transport = SSHTransport(host, cfg, defaults, profiles, helpers=HELPERS_PER_HOST)
         self.links[host] = (key, transport)
         self.stamps[host] = stamp
+        self._evict(keep=host)
         return transport
 
     async def call(self, host: str, cfg: Any, defaults: Any, profiles: dict[str, Any], op: str, args: Any, timeout: float) -> Any:
+        self.inflight[host] = self.inflight.get(host, 0) + 1
+        try:
+            return await self._call(host, cfg, defaults, profiles, op, args, timeout)
+        finally:
+            self.inflight[host] -= 1
+            if not self.inflight[host]:
+                del self.inflight[host]
+            self.used[host] = time.monotonic()
+
+    async def _call(
+        self, host: str, cfg: Any, defaults: Any, profiles: dict[str, Any], op: str, args: Any, timeout: float
+    ) -> Any:
         transport = self._link(host, cfg, defaults, profiles)
         connects = transport.connects
         try:

@@ -32,7 +32,7 @@ from typing import Any
 import drover
 from drover.daemon import paths
 from drover.daemon import protocol as wire
-from drover.daemon.pool import Pool, context_class
+from drover.daemon.pool import Pool, context_class, max_links, raise_descriptor_limit
 from drover.daemon.run import ConsoleSwitch, Request, Switch, own_cwd, run_request
 
 DEFAULT_IDLE_S = 600.0
@@ -291,6 +291,8 @@ class Daemon:
             "idle_s": round(time.monotonic() - self.last, 1),
             "idle_timeout_s": self.idle_s,
             "hosts": self.pool.status(),
+            "max_links": max_links(),  # hosts that may keep a connection; past it the least recently used is closed
+            "evicted": self.pool.evicted,
         }
 
 
@@ -359,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # Requests bring their own actor; the daemon's must not stand in for a caller that has none.
     os.environ.pop("DROVER_ACTOR", None)
+    raise_descriptor_limit()  # a connection per host it keeps: room for more hosts (max_links follows the limit)
     try:
         os.unlink(path)  # stale: its daemon is gone (we hold the lock that a live one would hold)
     except FileNotFoundError:
