@@ -27,6 +27,33 @@ def test_not_into_a_directory_another_live_session_works_in(
     assert cli("log", "--json").json()["data"]["messages"][0]["code"] == "shared_cwd"
 
 
+@pytest.mark.parametrize("spelt", ["symlink", "tilde"])
+def test_not_into_that_directory_by_another_name_either(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch, cli: Any, spelt: str
+) -> None:
+    """The same directory through a symlink, or as `~/...`: the client cannot tell, the host resolves both sides
+    and refuses before anything starts (nothing spawned, the nudge recorded as refused)."""
+    spawnable_fleet(isolated, monkeypatch)
+    resident = tmux.agent("resident")  # works in the test's directory
+    if spelt == "symlink":
+        (isolated / "alias").symlink_to(isolated)
+        where = str(isolated / "alias")
+    else:
+        monkeypatch.setenv("HOME", str(isolated.parent))
+        where = f"~/{isolated.name}"
+    create = ("--create-if-missing", "--engine", "demo", "--cwd", where)
+    res = cli("nudge", "local:newcomer", "start here", *create, "--json")
+    assert res.code == 4, res.out + res.err
+    data = res.json()["data"]
+    assert data["code"] == "shared_cwd" and "resident" in data["detail"], data
+    assert [s["name"] for s in data["sharing"]] == ["resident"]
+    assert resident.messages() == []
+    assert cli("ls", "--json").json()["data"]["sessions"] and not [
+        s for s in cli("ls", "--json").json()["data"]["sessions"] if s.get("name") == "newcomer"
+    ]
+    assert cli("log", "--json").json()["data"]["messages"][0]["code"] == "shared_cwd"
+
+
 def test_an_id_that_cannot_name_a_new_session_needs_a_name(
     tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch, cli: Any
 ) -> None:

@@ -193,7 +193,18 @@ async def _create(ctx: Context, req: NudgeRequest, actor: str, base: dict[str, A
 
     name = req.name or (req.id if NAME.match(req.id) else None)
     assert req.engine and req.cwd  # checked by nudge()
-    spawned = await spawn_session(ctx, host=req.host, engine=req.engine, cwd=req.cwd, name=name, brief=req.text, actor=actor)
+    try:
+        spawned = await spawn_session(
+            ctx, host=req.host, engine=req.engine, cwd=req.cwd, name=name, brief=req.text, actor=actor, alone=True
+        )
+    except DroverError as exc:
+        if exc.code != P.SHARED_CWD:
+            raise
+        # The host's own look (its `~`, symlinks resolved) found what the path as given hid: refused, as above.
+        why = f"{req.host}:{req.id} is not live, and starting it there would put it beside another session: {exc.message}"
+        refusal = _refusal(P.SHARED_CWD, why + "; nudge that session, or start this one in a directory of its own")
+        refusal["sharing"] = exc.details.get("sharing", [])
+        return _decided(ctx, base, req.text, refusal)
     brief = dict(spawned.get("brief") or {})
     data = {**base, **brief, "spawned": {k: v for k, v in spawned.items() if k != "brief"}}
     if spawned.get("state") != "ready":

@@ -137,8 +137,10 @@ async def spawn_session(
     brief: str,
     actor: str,
     parent_msg: str | None = None,
+    alone: bool = False,
 ) -> dict[str, Any]:
-    """Start `engine` in `cwd` on `host`, wait until it is ready, brief it.  Bad input, an unreachable host, an
+    """Start `engine` in `cwd` on `host`, wait until it is ready, brief it (`alone`: refused, `shared_cwd`, when a
+    live session works in that directory already, as the host resolves it).  Bad input, an unreachable host, an
     engine that exits at once or never gets ready raise DroverError (nothing is briefed); a session at a dialog
     comes back with state "waiting" and brief None."""
     if not brief.strip():
@@ -177,6 +179,7 @@ async def spawn_session(
         "trust_file": spec.trust_file,
         "timeout_s": spec.ready_timeout_s,
         "ready": spec.ready if spec.ready is not None else DEFAULT_READY.get(engine),
+        "alone": alone,
     }
     try:
         # The host does the waiting; the request only needs to outlive it.

@@ -27,6 +27,7 @@ from .protocol import (
     CWD_NOT_FOUND,
     ENGINE_EXITED,
     NAME_TAKEN,
+    SHARED_CWD,
     SPAWN_TIMEOUT,
     TRUST_FILE_ERROR,
     UNKNOWN_ENGINE,
@@ -381,6 +382,19 @@ def wait_ready(
         time.sleep(POLL_S)
 
 
+def _alone(cwd: str, profiles: Profiles) -> None:
+    """For a nudge's --create-if-missing: no live agent session may work in this directory already (the client's
+    look compares the path as given; here `~` is expanded and symlinks resolved on both sides)."""
+    sharing = []
+    for s in discovery.discover(profiles, []):
+        live = "_record" in s or (s.get("engine") not in (None, "shell") and not s.get("dead"))
+        if live and isinstance(s.get("cwd"), str) and os.path.realpath(s["cwd"]) == cwd:
+            sharing.append({k: s.get(k) for k in ("id", "server", "name", "engine")})
+    if sharing:
+        names = ", ".join("%s (%s %s)" % (s["name"], s["engine"], s["id"]) for s in sharing[:5])
+        raise HelperError(SHARED_CWD, "%s is where %s already works" % (cwd, names), sharing=sharing)
+
+
 def spawn(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     engine = args.get("engine") or ""
     if engine not in profiles:
@@ -404,6 +418,8 @@ def spawn(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     why = _taken(name, socket, profiles)
     if why:
         raise HelperError(NAME_TAKEN, "%s: choose another --name" % why)
+    if args.get("alone"):
+        _alone(cwd, profiles)
     out = {"name": name, "engine": engine, "cwd": cwd, "command": command, "server": os.path.basename(socket)}
     out.update(pretrust(engine, cwd, list(args.get("trusted") or []), args.get("trust_file")))
     out["git"] = git_snapshot(cwd)
