@@ -28,8 +28,25 @@ KEY_NAMES = {"\x1b[A": "Up", "\x1b[B": "Down", "\x1b[C": "Right", "\x1b[D": "Lef
 
 
 class Agent:
-    def __init__(self, log: str, name: str, busy_after: float, dialog_on_paste: bool, dialog_after_paste: bool = False) -> None:
+    def __init__(
+        self,
+        log: str,
+        name: str,
+        busy_after: float,
+        dialog_on_paste: bool,
+        dialog_after_paste: bool = False,
+        dialog_delay: float = 0.0,
+        split_draw: float = 0.0,
+        ignore_enter: float = 0.0,
+    ) -> None:
         self.log_path = log
+        # Hostile-program knobs for the tests: a dialog some ms after a paste lands, each frame drawn in two writes,
+        # an Enter ignored for a while after a paste.
+        self.dialog_delay = dialog_delay
+        self.dialog_at = 0.0
+        self.split_draw = split_draw
+        self.ignore_enter = ignore_enter
+        self.pasted_at = 0.0
         self.name = name
         self.busy_after = busy_after
         self.dialog_on_paste = dialog_on_paste
@@ -93,8 +110,12 @@ class Agent:
                 lines.append("  ✻ Working… (esc to interrupt)")
             else:
                 lines.append("  idle · paste or type a message")
-        out = "\x1b[H\x1b[2J" + "\r\n".join(line[: cols - 1] for line in lines[-rows:])
-        os.write(1, out.encode("utf-8"))
+        out = ("\x1b[H\x1b[2J" + "\r\n".join(line[: cols - 1] for line in lines[-rows:])).encode("utf-8")
+        if self.split_draw:
+            os.write(1, out[: len(out) // 2])
+            time.sleep(self.split_draw)
+            out = out[len(out) // 2 :]
+        os.write(1, out)
 
     # -- input -----------------------------------------------------------------------------------------------
     def submit(self) -> None:
@@ -119,6 +140,9 @@ class Agent:
             self.dialog = False
             return
         if name == "Enter":
+            if self.ignore_enter and time.monotonic() - self.pasted_at < self.ignore_enter:
+                self.record(type="ignored_enter")
+                return
             self.submit()
         elif name == "Backspace":
             self.buf = self.buf[:-1]
@@ -139,7 +163,10 @@ class Agent:
                 self._paste_text(self.pending[:end])
                 self.pending = self.pending[end + len(PASTE_END) :]
                 self.in_paste = False
-                if self.dialog_after_paste:
+                self.pasted_at = time.monotonic()
+                if self.dialog_after_paste and self.dialog_delay > 0:
+                    self.dialog_at = self.pasted_at + self.dialog_delay  # drawn by the main loop when it is due
+                elif self.dialog_after_paste:
                     # A permission dialog that pops up right after the text landed in the input box (kept there).
                     self.dialog = True
                     self.dirty = True
@@ -213,10 +240,16 @@ class Agent:
                 if self.dirty or was_busy != self.busy():
                     was_busy = self.busy()
                     self.draw()
+                wait = 0.05
+                if self.dialog_at:
+                    wait = max(0.0, min(wait, self.dialog_at - time.monotonic()))
                 try:
-                    ready, _, _ = select.select([fd], [], [], 0.05)
+                    ready, _, _ = select.select([fd], [], [], wait)
                 except InterruptedError:
                     continue
+                if self.dialog_at and time.monotonic() >= self.dialog_at:
+                    self.dialog_at, self.dialog = 0.0, True
+                    self.draw()
                 if not ready:
                     if self.pending == "\x1b":
                         self.pending = ""
@@ -240,8 +273,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy-after-message", type=float, default=0.0, help="seconds to stay busy after a message")
     parser.add_argument("--dialog-on-paste", action="store_true", help="draw a dialog the moment a paste starts")
     parser.add_argument("--dialog-after-paste", action="store_true", help="draw a dialog once a paste has landed")
+    parser.add_argument("--dialog-delay", type=float, default=0.0, help="with --dialog-after-paste: this many seconds later")
+    parser.add_argument("--split-draw", type=float, default=0.0, help="draw each frame in two writes, this many seconds apart")
+    parser.add_argument("--ignore-enter", type=float, default=0.0, help="ignore Enter for this many seconds after a paste")
     args = parser.parse_args(argv)
-    Agent(args.log, args.name, args.busy_after_message, args.dialog_on_paste, args.dialog_after_paste).run()
+    Agent(
+        args.log,
+        args.name,
+        args.busy_after_message,
+        args.dialog_on_paste,
+        args.dialog_after_paste,
+        args.dialog_delay,
+        args.split_draw,
+        args.ignore_enter,
+    ).run()
     return 0
 
 

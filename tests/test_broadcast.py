@@ -404,7 +404,12 @@ def test_ctrl_c_half_way_prints_every_row_with_the_one_on_its_way_marked_indeter
             text=True,
         )
         wait_for(lambda: panes[0].messages() and panes[2].messages(), what="the two free panes to get it")
-        wait_for(lambda: len(log_rows()) == 3, what="all three sends under way in the record")
+        # All three under way, and two of them finished in drover's own record -- not only in the agents' logs,
+        # which a send still verifying (then cut short) would outrun.
+        wait_for(
+            lambda: len(rows := log_rows()) == 3 and sum(m["outcome"] == "delivered" for m in rows) == 2,
+            what="two sends delivered and the third under way, in the record",
+        )
         assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)

@@ -95,6 +95,31 @@ def test_text_left_behind_after_a_refusal_blocks_the_next_send(tmux: Tmux) -> No
     stays(lambda: pane.messages() == [], what="neither text submitted")
 
 
+@pytest.mark.parametrize("delay", [0.012, 0.02, 0.035])
+def test_a_dialog_the_program_draws_a_few_ms_after_the_paste_gets_no_enter(tmux: Tmux, delay: float) -> None:
+    """The program answers the paste with a dialog 12-35 ms later (a confirmation of its own).  The second look
+    comes at least 60 ms after the paste began to show, so it sees the dialog: refused, the text left in the box,
+    and no Enter ever reaches the dialog.  (With the look ~10 ms after the paste, a tester saw Enter answer such
+    dialogs in up to 6 of 10 tries.)  Four tries each, a fresh program every time."""
+    for i in range(4):
+        pane = tmux.agent(f"late{i}", f"late-{delay}", "--dialog-after-paste", "--dialog-delay", str(delay))
+        doc = send(pane.address, f"try {i}")
+        assert pane.events("dialog") == [], f"try {i}: Enter answered the dialog ({doc.data})"
+        assert (doc.data["outcome"], doc.data["code"]) == ("refused", "dialog_after_paste"), doc.data
+        stays(lambda: not pane.events("dialog") and not pane.messages(), 0.2, what="no Enter reaching the dialog")  # noqa: B023
+
+
+def test_a_frame_caught_half_drawn_is_not_taken_for_the_box_letting_go(tmux: Tmux) -> None:
+    """A program that draws each frame in two writes 10 ms apart and ignores the Enter that follows a paste: a
+    capture between the two writes shows no input box at all.  drover must not read that as "submitted": the
+    outcome is not delivered, and the text is said to sit unsent in the box.  Three tries."""
+    pane = tmux.agent("halfdrawn", "default", "--split-draw", "0.01", "--ignore-enter", "30")
+    doc = send(pane.address, "hello there")
+    assert doc.data["outcome"] != "delivered", doc.data
+    assert (doc.data["code"], doc.data["left_in_input"]) == ("not_submitted", True), doc.data
+    assert pane.events("ignored_enter") and pane.messages() == []
+
+
 # -- two senders at once ------------------------------------------------------------------------------------------
 
 

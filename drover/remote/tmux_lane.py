@@ -173,29 +173,44 @@ def check_pane(
     return None, screen, seen
 
 
-def _settle(session: Session, before: str, max_wait: float, profile: Dict[str, Any], payload: str) -> str:
-    """Wait until the paste shows in the input box and the screen holds still (or max_wait passed).
+# A program may answer a paste with a dialog of its own (a confirmation, a "paste N lines?"): it gets this long,
+# from when the paste began to show, to draw it before the second look, however fast the text itself landed.
+# A tester measured why: with ~10 ms (two identical captures, the text whole in the box), an Enter answered
+# dialogs drawn 12-25 ms after the paste.
+MIN_HOLD_S = 0.06
 
-    Polled every 5 ms, so a program that renders at once costs a few captures (each a tmux call), not a fixed
-    pause.  "Holds still" (two captures alike after the change) alone is not enough at that pace -- a program that
-    renders a paste in two frames can look still between them -- so an agent's screen must also show the whole
-    pasted text; a shell's is checked by its prompt line in the second look.
+
+def _settle(session: Session, before: str, max_wait: float, profile: Dict[str, Any], payload: str) -> str:
+    """Wait until the paste shows in the input box and the screen holds still, MIN_HOLD_S at least after it began
+    to show (or max_wait passed).
+
+    Polled every 5 ms, so a program that is slow to draw costs little beyond that.  "Holds still" (two captures
+    alike after the change) alone is not enough at that pace -- a program that renders a paste in two frames can
+    look still between them -- so an agent's screen must also show the whole pasted text; a shell's is checked by
+    its prompt line in the second look.
     """
     socket, pane_id = session["socket"], session["id"]
     whole = session["engine"] == "shell" or not profile.get("input")
     deadline = time.monotonic() + max_wait
     last = before
-    changed = False
+    changed: Optional[float] = None  # when the screen first showed the paste landing: the hold counts from there
     while True:
         now = capture(socket, pane_id)
         if now != before:
-            if changed and now == last and (whole or classify(now, profile, payload).get("shows_paste")):
+            if changed is None:
+                changed = time.monotonic()
+            elif now == last and time.monotonic() - changed >= MIN_HOLD_S and (whole or _landed(now, profile, payload)):
                 return now
-            changed = True
         last = now
         if time.monotonic() >= deadline:
             return last
         time.sleep(0.005)
+
+
+def _landed(screen: str, profile: Dict[str, Any], payload: str) -> bool:
+    """The box shows the whole paste -- or a dialog came up instead (the second look refuses it; no use waiting)."""
+    seen = classify(screen, profile, payload)
+    return bool(seen.get("shows_paste")) or seen["state"] == "dialog"
 
 
 def _verdict(seen: Dict[str, Any], profile: Dict[str, Any], engine: str) -> Tuple[Optional[str], str]:
@@ -333,10 +348,17 @@ def _deliver_locked(session: Session, payload: str, args: Dict[str, Any], profil
 def _submitted(session: Session, payload: str, profiles: Profiles, seconds: float) -> bool:
     """After Enter: has the input box let go of the text?  (A delivery drover did not see is not a delivery.)"""
     deadline = time.monotonic() + seconds
+    let_go = False
     while True:
         seen = classify(capture(session["socket"], session["id"]), profiles[session["engine"]], pasted=payload)
         if seen.get("input") is None or not seen.get("shows_paste"):
-            return True
+            if let_go:
+                return True
+            # Seen once: confirmed by the next look.  A program that draws a frame in two writes can be caught
+            # between them with no input box at all (a tester saw "delivered" with the text still in the box).
+            let_go = True
+        else:
+            let_go = False
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.015)
