@@ -375,6 +375,41 @@ def test_a_wait_in_the_daemon_whose_client_was_killed_frees_its_helper(
     wait_for(lambda: status()["active"] == 0, what="the daemon to drop the request")
 
 
+def test_a_trust_file_changed_mid_send_lets_the_send_finish_within_the_bound(
+    sshfleet: SSHFleet, persistent: Path, isolated: Path
+) -> None:
+    """known_hosts touched (an `ssh newhost` appending a key) while a send to h1 is on its way through the daemon:
+    the next request gets a new connection, but the send on the old one is not cut -- it finishes, `delivered`
+    -- and the two connections' helpers together never pass the host's bound of 8."""
+    from drover.remote.tmux_lane import PaneLock
+
+    pane = remote_agent(sshfleet, "h1", "steady", isolated)
+    assert drover_process("daemon", "start").code == 0
+    assert drover_process("status", "h1:steady").code == 0
+    socket = sshfleet.host_home("h1") / "t" / f"tmux-{os.getuid()}" / "default"
+    lock = PaneLock(str(socket), pane.id, 1.0)  # another sender holds the pane: the send waits on the host
+    assert lock.__enter__()
+    peak = [0]
+    try:
+        sending = _background("send", "h1:steady", "through the change", "--json")
+        wait_for(lambda: status()["active"] == 1, what="the send at work in the daemon")
+        time.sleep(0.5)
+        os.utime(sshfleet.known_hosts)  # the trust files changed: the host's link is replaced
+        statuses = [_background("status", "h1:steady") for _ in range(10)]
+        for proc in statuses:
+            assert _finish(proc).code == 0
+            peak[0] = max(peak[0], len(fleet_helpers(sshfleet, "h1")))
+        assert sending.poll() is None, _finish(sending)  # still waiting for the pane
+    finally:
+        lock.__exit__()
+    res = _finish(sending)
+    assert res.code == 0 and res.json()["data"]["outcome"] == "delivered", res
+    assert peak[0] <= 8, f"{peak[0]} helpers on h1"
+    wait_for(lambda: pane.messages(), what="the message in the agent")
+    hosts = {h["host"]: h for h in status()["hosts"]}
+    assert hosts["h1"]["connects"] == 1  # the new link's own connection
+
+
 def fleet_helpers(fleet: SSHFleet, host: str) -> list[int]:
     """The helpers running on one host of *this* fleet (other fleets on the machine name their hosts h1 too)."""
     home = f"HOME={fleet.host_home(host)}".encode()

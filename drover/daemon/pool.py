@@ -81,9 +81,18 @@ class Pool:
         self.closing: set[asyncio.Future[None]] = set()  # old links being closed (kept referenced until done)
         self.used: dict[str, float] = {}  # per host: when a request last used its link (least recently used goes first)
         self.inflight: dict[str, int] = {}  # per host: requests at work on its link now (never closed under them)
+        self.calls: dict[Any, int] = {}  # per transport: requests at work on it (a retired one closes at zero)
+        self.retired: set[Any] = set()  # replaced transports finishing their requests
         self.evicted = 0
 
     def _retire(self, transport: Any) -> None:
+        """A link no request will be given again.  Its idle helpers go now; the requests at work on it finish there
+        (a changed known_hosts or fleet entry must not cut a send half-way, which then landed all the same), and
+        it closes when the last one does."""
+        transport.close_idle()
+        if self.calls.get(transport):
+            self.retired.add(transport)
+            return
         closing = asyncio.ensure_future(transport.close())
         self.closing.add(closing)
         closing.add_done_callback(self.closing.discard)
@@ -112,9 +121,12 @@ class Pool:
         stamp = trust_stamp(cfg)
         if known is not None and known[0] == key and self.stamps.get(host) == stamp:
             return known[1]
+        # A replacement shares the old link's helper slots: its requests still at work count against the host's
+        # bound of HELPERS_PER_HOST until they finish.
+        slots = known[1]._slots if known is not None else None
         if known is not None:
             self._retire(known[1])
-        transport = SSHTransport(host, cfg, defaults, profiles, helpers=HELPERS_PER_HOST)
+        transport = SSHTransport(host, cfg, defaults, profiles, helpers=HELPERS_PER_HOST, slots=slots)
         self.links[host] = (key, transport)
         self.stamps[host] = stamp
         self._evict(keep=host)
@@ -135,9 +147,16 @@ class Pool:
     ) -> Any:
         transport = self._link(host, cfg, defaults, profiles)
         connects = transport.connects
+        self.calls[transport] = self.calls.get(transport, 0) + 1
         try:
             data = await transport.call(op, args, timeout=timeout)
         finally:
+            self.calls[transport] -= 1
+            if not self.calls[transport]:
+                del self.calls[transport]
+                if transport in self.retired:
+                    self.retired.discard(transport)
+                    self._retire(transport)
             if transport.connects != connects and self.links.get(host, (None, None))[1] is transport:
                 # It (re)connected during this call: the trust files as they are now are what it was checked
                 # against (accept_new may have added the host's key), not a reason to connect again.

@@ -160,10 +160,17 @@ class Ran:
 
 class SSHTransport:
     def __init__(
-        self, host: str, cfg: HostConfig, defaults: Defaults, profiles: dict[str, Any] | None = None, helpers: int = 0
+        self,
+        host: str,
+        cfg: HostConfig,
+        defaults: Defaults,
+        profiles: dict[str, Any] | None = None,
+        helpers: int = 0,
+        slots: asyncio.Semaphore | None = None,
     ) -> None:
         """`helpers` > 0 is persistent mode (the daemon's): up to that many helper processes are kept running on the
-        host and reused, one request at a time each; 0 starts a helper per request (one invocation's work)."""
+        host and reused, one request at a time each; 0 starts a helper per request (one invocation's work).  `slots`:
+        the bound shared with the transport this one replaces, while that one finishes its requests."""
         self.host = host
         self.cfg = cfg
         self.profiles = profiles or {}
@@ -174,9 +181,10 @@ class SSHTransport:
         self.warnings: list[str] = []
         self.helpers = helpers
         self._idle: list[tuple[asyncssh.SSHClientConnection, Helper]] = []
-        self._slots = asyncio.Semaphore(helpers) if helpers else None
+        self._slots = slots if slots is not None else (asyncio.Semaphore(helpers) if helpers else None)
         self.busy = 0
         self.connects = 0
+        self.retiring = False
 
     # -- connection ------------------------------------------------------------------------------------------
     async def _connection(self) -> asyncssh.SSHClientConnection:
@@ -333,11 +341,13 @@ class SSHTransport:
                     answer = await helper.ask(request)
                 finally:
                     self.busy -= 1
-                # Back to the idle list *before* the slot is released: handed back after, a request waiting for the
-                # slot would find no idle helper and start one more than the bound (seen as 9 helpers of 8 in CI).
-                if self._conn is conn:
+                # Back to the idle list -- or closed -- *before* the slot is released: after it, a request waiting
+                # for the slot would find no idle helper and start one more than the bound (CI saw 9 helpers of 8).
+                if self._conn is conn and not self.retiring:
                     self._idle.append((conn, helper))
-                    kept = True
+                else:
+                    helper.close()  # its connection was replaced, or this transport is being retired
+                kept = True
                 return answer
 
         task = asyncio.ensure_future(ask())
@@ -464,6 +474,14 @@ class SSHTransport:
         if self._conn is not None:
             self._conn.abort()
             self._conn = None
+        self._idle = []
+
+    def close_idle(self) -> None:
+        """Close the helpers no request is using (a transport being replaced: its busy ones finish first, and are
+        closed as they do)."""
+        self.retiring = True
+        for _conn, helper in self._idle:
+            helper.close()
         self._idle = []
 
     async def close(self) -> None:
