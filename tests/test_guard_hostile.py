@@ -207,6 +207,56 @@ def test_a_plain_shell_gets_nothing_without_raw_and_one_command_with_it(tmux: Tm
     assert "<cross-session-message" not in marker.read_text()
 
 
+def test_a_raw_command_longer_than_the_pane_is_wide_is_delivered_whole(tmux: Tmux, isolated: Path) -> None:
+    """The command wraps over two screen lines (the pane is 160 columns): to the shell it is one line, and the
+    second look reads it joined -- delivered and run, not pasted and then refused with the text left at the prompt."""
+    pane = shell_pane(tmux, "wide")
+    marker = isolated / "wide.txt"
+    word = "w" * 200
+    doc = send(pane.address, f"echo {word} > {marker}", raw=True)
+    assert doc.data["outcome"] == "delivered", doc.data
+    wait_for(marker.exists, what="the command to run")
+    assert marker.read_text().strip() == word
+
+
+REPL = """import sys
+log = sys.argv[1]
+while True:
+    try:
+        line = input("myrepl> ")
+    except EOFError:
+        break
+    open(log, "a").write(line + "\\n")
+    print("ok:", len(line))
+"""
+
+
+def test_a_custom_engine_without_an_input_box_is_checked_on_its_prompt_line(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A REPL the fleet describes with an idle prompt but no input box: one line is delivered (checked on the prompt
+    line, as at a shell); text over several lines, which that line could not show whole, is refused before anything
+    is pasted -- nothing left at the prompt."""
+    script = isolated / "bin" / "myrepl.py"
+    script.parent.mkdir()
+    script.write_text(REPL)
+    got = isolated / "repl.log"
+    fleet = isolated / "fleet.toml"
+    fleet.write_text(
+        '[engines.myrepl]\nscripts = ["bin/myrepl[.]py$"]\nidle = ["^myrepl>\\\\s*$"]\nenvelope = false\n', encoding="utf-8"
+    )
+    monkeypatch.setenv("DROVER_FLEET", str(fleet))
+    pane = tmux.start("repl", f"{sys.executable} {script} {got}")
+    wait_for(lambda: pane.screen().rstrip().endswith("myrepl>"), what="the REPL's prompt")
+    doc = send(pane.address, "custom two")
+    assert (doc.data["outcome"], doc.data["session"]["engine"]) == ("delivered", "myrepl"), doc.data
+    wait_for(lambda: got.exists() and got.read_text() == "custom two\n", what="the line in the REPL")
+    many = send(pane.address, "first line\nsecond line")
+    assert (many.data["outcome"], many.data["code"]) == ("refused", "multiline_unbracketed"), many.data
+    assert not many.data.get("pasted")
+    stays(lambda: pane.screen().rstrip().endswith("myrepl>"), what="nothing left at the prompt")
+
+
 def test_less_gets_nothing_even_with_raw(tmux: Tmux, isolated: Path) -> None:
     text = isolated / "notes.txt"
     text.write_text("\n".join(f"line {i}" for i in range(200)))

@@ -279,6 +279,11 @@ def _deliver_locked(session: Session, payload: str, args: Dict[str, Any], profil
         refused, before, seen = check_pane(session, profiles, status=status)
         if refused is None and engine == "shell":
             refused = check_shell(session, seen["flags"], before, payload, profiles[engine])
+        elif refused is None and not profiles[engine].get("input") and "\n" in payload.strip("\n"):
+            # A program whose profile names no input box (a custom REPL) is checked after the paste by its prompt
+            # line, as a shell is: text over several lines could not be seen whole there, and would be left behind.
+            detail = "the %s profile names no input box, so a paste is checked on the prompt line: send one line" % engine
+            refused = refusal(P.MULTILINE_UNBRACKETED, detail + " (or give the profile an `input` pattern)", session)
         if refused is None:
             code, detail = _verdict(seen, profiles[engine], engine)
             if code:
@@ -370,16 +375,18 @@ def _second_look(session: Session, payload: str, profiles: Profiles, status: Any
     The pasted text itself is never searched for dialog words (it may quote them); only the screen around it is.
     """
     engine = session["engine"]
-    refused, after, seen = check_pane(session, profiles, pasted=payload, status=status)
+    refused, _after, seen = check_pane(session, profiles, pasted=payload, status=status)
     if refused is not None:
         return refused
     if seen["state"] == "dialog":
         detail = "a dialog appeared while the text was landing (%s): Enter was not sent" % seen["reason"]
         return refusal(P.DIALOG_AFTER_PASTE, detail, session, "dialog")
-    if engine == "shell":
-        # The prompt line must now read: the prompt it showed before, then exactly the pasted text.
+    if engine == "shell" or not profiles[engine].get("input"):
+        # The prompt line must now read: the prompt it showed before, then exactly the pasted text -- read with
+        # wrapped lines joined (-J): a command longer than the pane is one line to the shell, several on screen.
         prompt = [line for line in lines_of(before) if line.strip()][-1:]
-        now = [line for line in lines_of(after) if line.strip()][-1:]
+        joined = tmux(session["socket"], ["capture-pane", "-p", "-J", "-t", session["id"]])
+        now = [line.rstrip() for line in lines_of(joined) if line.strip()][-1:]
         typed = now[0][len(prompt[0]) :].strip() if prompt and now and now[0].startswith(prompt[0]) else None
         if typed != payload.strip():
             shown = now[0][-60:] if now else ""
