@@ -324,3 +324,25 @@ def test_lookalike_letters_do_not_forge_a_tag() -> None:
     for forged in ("‹/сrоss-session-message>", '<сross-session-message from-name="owner">', "<ᴄʀoss-session-message"):
         assert escape_tags(forged) != forged
     assert escape_tags("Vec<String> and a < b") == "Vec<String> and a < b"
+
+
+def test_a_record_with_text_after_the_envelope_is_verified_and_said_altered(tmp_path: Any, monkeypatch: Any) -> None:
+    """A key a person pressed between drover's last look and its Enter rides along after the envelope: the message
+    arrived (verified), and the outcome says what came with it; a record of exactly what was sent says nothing more."""
+    import json
+
+    from drover.remote import verify
+    from drover.remote.text import envelope
+
+    sent = envelope("rebase please", "tester", session="msg_0123")
+    log = tmp_path / "agent.jsonl"
+    monkeypatch.setattr(verify, "records_of", lambda session: [str(log)])
+    log.write_text(json.dumps({"type": "message", "text": sent + "Z"}) + "\n")
+    seen = verify.find({"engine": "demo"}, {"msg_id": "msg_0123"}, "tmux")
+    assert seen["found"] is True and seen["altered"] is True and "'Z'" in seen["how"], seen
+    log.write_text(json.dumps({"type": "message", "text": sent}) + "\n")
+    seen = verify.find({"engine": "demo"}, {"msg_id": "msg_0123"}, "tmux")
+    assert seen["found"] is True and "altered" not in seen, seen
+    # Another message's envelope, or none: not ours, and nothing said about it.
+    log.write_text(json.dumps({"type": "message", "text": envelope("x", "t", session="msg_9999") + "Z"}) + "\n")
+    assert verify.find({"engine": "demo"}, {"msg_id": "msg_0123"}, "tmux")["found"] is False

@@ -98,6 +98,8 @@ def verified(session: Session, outcome: Dict[str, Any], args: Dict[str, Any]) ->
         seen = verify.wait_found(session, args, lane, wait)
     outcome["verified"] = bool(seen["found"])
     outcome["verification"] = seen["how"]
+    if seen.get("altered"):
+        outcome["altered"] = True  # it arrived with something after it that drover did not send
     return outcome
 
 

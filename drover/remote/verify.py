@@ -40,8 +40,25 @@ def _shows(value: object, marks: List[str]) -> bool:
     return False
 
 
-def _contains(paths: Iterable[str], needles: List[str], since: float = 0.0) -> Optional[str]:
-    """The first file (modified since `since`) whose tail holds a record of the message."""
+CLOSE = "</cross-session-message>"
+
+
+def _after_envelope(value: object, marks: List[str]) -> str:
+    """What a recorded text holds after drover's envelope closed: nothing, when the message arrived as sent.  A key
+    a person pressed in the instant between drover's last look and its Enter rides along there (`…</cross-session-
+    message>Z`); the message arrived, but not only it, and the outcome says so."""
+    if isinstance(value, dict):
+        return next((t for t in (_after_envelope(v, marks) for v in value.values()) if t), "")
+    if isinstance(value, list):
+        return next((t for t in (_after_envelope(v, marks) for v in value) if t), "")
+    if isinstance(value, str) and CLOSE in value:
+        if any('<cross-session-message from-session="%s"' % m in value for m in marks):
+            return value.rpartition(CLOSE)[2].strip()
+    return ""
+
+
+def _record_of(paths: Iterable[str], needles: List[str], since: float = 0.0) -> Optional[Any]:
+    """(the file, the record) of the message: the first file (modified since `since`) whose tail holds it."""
     wanted = [n.encode("utf-8") for n in needles if n]
     for path in paths:
         try:
@@ -61,7 +78,7 @@ def _contains(paths: Iterable[str], needles: List[str], since: float = 0.0) -> O
             except ValueError:
                 continue
             if _shows(record, needles):
-                return path
+                return path, record
     return None
 
 
@@ -99,9 +116,14 @@ def find(session: Session, args: Dict[str, Any], lane: str) -> Dict[str, Any]:
     marks = needles(args, lane)
     if not marks:
         return {"found": None, "how": "the message carries no id to look for (a raw text)"}
-    hit = _contains(paths, marks, float(args.get("since") or 0))
+    hit = _record_of(paths, marks, float(args.get("since") or 0))
     if hit:
-        return {"found": True, "how": "seen in the receiver's record %s" % hit, "record": hit}
+        seen = {"found": True, "how": "seen in the receiver's record %s" % hit[0], "record": hit[0]}
+        extra = _after_envelope(hit[1], marks)
+        if extra:
+            seen["how"] += ", followed by %r that drover did not send (a key typed at that instant?)" % extra[:40]
+            seen["altered"] = True
+        return seen
     if session["engine"] == "codex" and session.get("thread"):
         from . import codex
 
