@@ -410,6 +410,29 @@ def test_a_trust_file_changed_mid_send_lets_the_send_finish_within_the_bound(
     assert hosts["h1"]["connects"] == 1  # the new link's own connection
 
 
+def test_a_local_wait_whose_client_was_killed_leaves_no_thread_in_the_daemon(persistent: Path, tmux: Tmux) -> None:
+    """The local host runs in the daemon's own process, on a thread: kill -9 of a waiting client, and that thread's
+    wait ends within a slice instead of living on in the daemon until the wait's timeout (120 s here)."""
+    pane = tmux.agent("stayer")
+    assert drover_process("daemon", "start").code == 0
+    pid = status()["pid"]
+
+    def threads() -> int:
+        return len(os.listdir(f"/proc/{pid}/task"))
+
+    assert drover_process("status", pane.address).code == 0
+    settled = threads()
+    client = _background("wait", pane.address, "--until", "exited", "--timeout", "120")
+    try:
+        wait_for(lambda: status()["active"] == 1, what="the wait to run in the daemon")
+        wait_for(lambda: threads() > settled, what="the wait's threads in the daemon")
+    finally:
+        client.kill()
+        client.communicate()
+    wait_for(lambda: status()["active"] == 0, what="the daemon to drop the request")
+    wait_for(lambda: threads() <= settled, timeout=10, what="the wait's thread to end")
+
+
 def fleet_helpers(fleet: SSHFleet, host: str) -> list[int]:
     """The helpers running on one host of *this* fleet (other fleets on the machine name their hosts h1 too)."""
     home = f"HOME={fleet.host_home(host)}".encode()

@@ -5,13 +5,16 @@ daemon closing this helper after its request was cancelled -- sshd closes the ot
 kernel reports it on our end at once (POLLERR on a pipe, POLLHUP on a socket) without anything being written.
 Stdin says nothing useful: a one-request helper's stdin ends right after the request, by design.  A wait that
 sees its caller gone stops (CallerGone unwinds it, so its finally blocks run) instead of holding the host and a
-process there until its timeout.  In-process (`local`, the daemon's own host) nothing is watched.
+process there until its timeout.  In-process (`local`, the daemon's own host) there is no stdout to watch: the
+transport running the op on a thread hands it an event instead, set when nobody awaits the answer any more.
 """
 
 import select
+import threading
 from typing import Optional
 
 _FD = None  # type: Optional[int]
+_THREAD = threading.local()  # .abandoned: a threading.Event, on a thread that runs an op in-process
 
 
 class CallerGone(Exception):
@@ -24,7 +27,15 @@ def watch(fd: Optional[int]) -> None:
     _FD = fd
 
 
+def abandon_with(event: "threading.Event") -> None:
+    """This thread runs an op for an in-process caller: the op's waits end once `event` is set."""
+    _THREAD.abandoned = event
+
+
 def gone() -> bool:
+    event = getattr(_THREAD, "abandoned", None)
+    if event is not None and event.is_set():
+        return True
     if _FD is None:
         return False
     try:

@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from drover.errors import TransportError, from_helper
+from drover.remote import caller
 from drover.remote import main as helper
 from drover.remote import protocol as P
 
@@ -35,7 +36,10 @@ class LocalTransport:
         fut: asyncio.Future[Any] = loop.create_future()
         request = {"helper": P.PROTOCOL, "op": op, "args": args, "profiles": self.profiles}
 
+        abandoned = threading.Event()
+
         def run() -> None:
+            caller.abandon_with(abandoned)  # a wait on this thread ends when nobody awaits it any more
             try:
                 result, error = helper.handle(request), None
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
@@ -48,7 +52,11 @@ class LocalTransport:
         threading.Thread(target=run, name=f"drover-helper-{op}", daemon=True).start()
         try:
             answer = await asyncio.wait_for(fut, timeout)
+        except asyncio.CancelledError:
+            abandoned.set()  # the caller went away (Ctrl-C, a daemon's client gone): a wait stops within a slice
+            raise
         except TimeoutError:
+            abandoned.set()
             raise TransportError(
                 f"the helper did not answer {op} within {timeout:g}s", host=self.host, code=P.REQUEST_TIMEOUT
             ) from None
