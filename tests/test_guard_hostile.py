@@ -109,11 +109,13 @@ def test_a_dialog_the_program_draws_a_few_ms_after_the_paste_gets_no_enter(tmux:
         stays(lambda: not pane.events("dialog") and not pane.messages(), 0.2, what="no Enter reaching the dialog")  # noqa: B023
 
 
-def test_a_frame_caught_half_drawn_is_not_taken_for_the_box_letting_go(tmux: Tmux) -> None:
-    """A program that draws each frame in two writes 10 ms apart and ignores the Enter that follows a paste: a
-    capture between the two writes shows no input box at all.  drover must not read that as "submitted": the
-    outcome is not delivered, and the text is said to sit unsent in the box.  Three tries."""
-    pane = tmux.agent("halfdrawn", "default", "--split-draw", "0.01", "--ignore-enter", "30")
+@pytest.mark.parametrize("split", [0.01, 0.05])
+def test_a_frame_caught_half_drawn_is_not_taken_for_the_box_letting_go(tmux: Tmux, split: float) -> None:
+    """A program that draws each frame in two writes (10 or 50 ms apart) and ignores the Enter that follows a
+    paste: captures between the two writes show no input box at all, several in a row when the gap is long.
+    drover must not read that as "submitted" (the receiver's record does not have it): the outcome is not
+    delivered, and the text is said to sit unsent in the box."""
+    pane = tmux.agent("halfdrawn", "default", "--split-draw", str(split), "--ignore-enter", "30")
     doc = send(pane.address, "hello there")
     assert doc.data["outcome"] != "delivered", doc.data
     assert (doc.data["code"], doc.data["left_in_input"]) == ("not_submitted", True), doc.data
@@ -217,6 +219,14 @@ def test_a_raw_command_longer_than_the_pane_is_wide_is_delivered_whole(tmux: Tmu
     assert doc.data["outcome"] == "delivered", doc.data
     wait_for(marker.exists, what="the command to run")
     assert marker.read_text().strip() == word
+    # Taller than the pane: a 40x5 pane, and the wrapped command pushes the prompt off the top of the screen.
+    small = tmux.start("tall", f"env PS1='$ ' {shutil.which('bash')} --norc", width=40, height=5)
+    wait_for(lambda: small.screen().rstrip().endswith("$"), what="bash's prompt")
+    tall = isolated / "tall.txt"
+    doc = send(small.address, f"echo {'y' * 300} > {tall}", raw=True)
+    assert doc.data["outcome"] == "delivered", doc.data
+    wait_for(tall.exists, what="the tall command to run")
+    assert tall.read_text().strip() == "y" * 300
 
 
 REPL = """import sys

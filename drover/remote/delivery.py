@@ -134,10 +134,12 @@ def _paste(
     payload = envelope(body, actor, mode, session=args.get("msg_id") or "") if enveloped else body
     if pane["engine"] == "shell":
         payload = payload.replace("\t", "\u2409")  # a Tab at a shell prompt completes file names: shown, not pressed
+    # After Enter, with no input box on screen to say whether it let go of the text: the receiver's own record.
+    arrived = lambda: verify.find(session, args, "tmux")["found"]  # noqa: E731
     if args.get("finish"):
-        outcome = tmux_lane.finish(pane, payload, args, profiles, status)
+        outcome = tmux_lane.finish(pane, payload, args, profiles, status, arrived)
     else:
-        outcome = tmux_lane.deliver(pane, payload, args, profiles, status)
+        outcome = tmux_lane.deliver(pane, payload, args, profiles, status, arrived)
     if outcome.get("outcome") in (P.DELIVERED, P.QUEUED):
         outcome["enveloped"] = enveloped
     if enveloped:

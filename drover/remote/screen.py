@@ -120,7 +120,7 @@ def _classify_flat(lines: List[str], profile: Profile) -> Dict[str, Any]:
     return {"state": "unknown", "reason": "screen not recognised: no idle prompt, no busy or dialog marker", "input": None}
 
 
-def _squeeze(text: str) -> str:
+def squeeze(text: str) -> str:
     """Text as an input box may show it: wrapped, newlines drawn as ⏎, long middles elided with …"""
     return re.sub(r"[\s⏎]+", "", text)
 
@@ -132,7 +132,7 @@ def shows_paste(text: str, pasted: str, profile: Profile) -> bool:
     the engine's own marker for a long paste ("[Pasted text #1 +50 lines]")."""
     if any(re.fullmatch(p, text.strip()) for p in profile.get("paste_marker", [])):
         return True
-    box, want = _squeeze(text), _squeeze(pasted)
+    box, want = squeeze(text), squeeze(pasted)
     if not want:
         return False
     if box == want:
@@ -141,7 +141,7 @@ def shows_paste(text: str, pasted: str, profile: Profile) -> bool:
         return False
     # The program shows the start and the end: each must be ours, and long enough to tell messages apart.
     head, _, tail = text.partition("…")
-    head, tail = _squeeze(head), _squeeze(tail)
+    head, tail = squeeze(head), squeeze(tail)
     return len(head) >= 40 and len(tail) >= 20 and want.startswith(head) and want.endswith(tail)
 
 

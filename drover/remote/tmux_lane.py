@@ -21,7 +21,7 @@ from . import protocol as P
 from .discovery import Profiles, Session, public
 from .faults import fault
 from .protocol import HelperError
-from .screen import classify, lines_of, paste_allowed
+from .screen import classify, is_placeholder, lines_of, paste_allowed
 from .tmux import capture, pane_flags, tmux
 
 Outcome = Dict[str, Any]
@@ -232,17 +232,21 @@ def _verdict(seen: Dict[str, Any], profile: Dict[str, Any], engine: str) -> Tupl
 # -- delivering -------------------------------------------------------------------------------------------------
 
 
-def deliver(session: Session, payload: str, args: Dict[str, Any], profiles: Profiles, status: Any = None) -> Outcome:
+def deliver(
+    session: Session, payload: str, args: Dict[str, Any], profiles: Profiles, status: Any = None, arrived: Any = None
+) -> Outcome:
     """Paste the payload (already neutralised and enveloped) into the session's pane and submit it, guarded."""
     lock = PaneLock(session["socket"], session["id"], float(args.get("lock_wait_s", 20.0)))
     with lock as held:
         if not held:
             detail = "another sender has held this pane for %.0fs: refused rather than typing over it" % lock.timeout
             return refusal(P.PANE_LOCKED, detail, session)
-        return _deliver_locked(session, payload, args, profiles, status)
+        return _deliver_locked(session, payload, args, profiles, status, arrived)
 
 
-def finish(session: Session, payload: str, args: Dict[str, Any], profiles: Profiles, status: Any = None) -> Outcome:
+def finish(
+    session: Session, payload: str, args: Dict[str, Any], profiles: Profiles, status: Any = None, arrived: Any = None
+) -> Outcome:
     """Submit this very message if it sits, pasted and never submitted, in the input box (a sender that died between
     the paste and Enter): the box must hold exactly it, under the same looks as any Enter.  For drover retry."""
     lock = PaneLock(session["socket"], session["id"], float(args.get("lock_wait_s", 20.0)))
@@ -257,7 +261,7 @@ def finish(session: Session, payload: str, args: Dict[str, Any], profiles: Profi
         state = check_pane(session, profiles, status=status)[2].get("state", "idle")
         key = "Enter" if state == "idle" else profiles[session["engine"]].get("submit_when_busy") or "Enter"
         tmux(session["socket"], ["send-keys", "-t", session["id"], key])
-        if not _submitted(session, payload, profiles, float(args.get("submit_wait_s", 3.0))):
+        if not _submitted(session, payload, profiles, float(args.get("submit_wait_s", 3.0)), arrived):
             return dict(refusal(P.NOT_SUBMITTED, "%s was pressed but the text is still in the input box" % key, session))
     return {
         "outcome": P.DELIVERED if state == "idle" else P.QUEUED,
@@ -268,7 +272,9 @@ def finish(session: Session, payload: str, args: Dict[str, Any], profiles: Profi
     }
 
 
-def _deliver_locked(session: Session, payload: str, args: Dict[str, Any], profiles: Profiles, status: Any) -> Outcome:
+def _deliver_locked(
+    session: Session, payload: str, args: Dict[str, Any], profiles: Profiles, status: Any, arrived: Any
+) -> Outcome:
     engine = session["engine"]
     socket, pane_id = session["socket"], session["id"]
     buffer = "drover-%s" % uuid.uuid4().hex
@@ -320,7 +326,7 @@ def _deliver_locked(session: Session, payload: str, args: Dict[str, Any], profil
         key = "Enter" if state == "idle" else profile.get("submit_when_busy") or "Enter"
         tmux(socket, ["send-keys", "-t", pane_id, key])
         fault("after_enter")
-        if engine != "shell" and not _submitted(session, payload, profiles, float(args.get("submit_wait_s", 3.0))):
+        if engine != "shell" and not _submitted(session, payload, profiles, float(args.get("submit_wait_s", 3.0)), arrived):
             detail = (
                 "%s was pressed but the text is still in the input box: it was not submitted, and drover sends nothing "
                 "more here until it is cleared" % key
@@ -350,20 +356,36 @@ def _deliver_locked(session: Session, payload: str, args: Dict[str, Any], profil
     }
 
 
-def _submitted(session: Session, payload: str, profiles: Profiles, seconds: float) -> bool:
-    """After Enter: has the input box let go of the text?  (A delivery drover did not see is not a delivery.)"""
+def _submitted(
+    session: Session, payload: str, profiles: Profiles, seconds: float, arrived: Optional[Callable[[], Optional[bool]]] = None
+) -> bool:
+    """After Enter: has the input box let go of the text?  (A delivery drover did not see is not a delivery.)
+
+    An empty box says so.  Anything else says nothing certain by itself: no box at all, or a box with part of the
+    text, is what a frame caught half-drawn looks like (a program that draws in two writes, tens of ms apart), and
+    a box with other text may be a person typing at once.  Then the receiver's own record decides, where drover can
+    read one (`arrived`); where it cannot, a box without the paste, or no box in two looks in a row, is taken as
+    let go (all a screen can say)."""
+    profile = profiles[session["engine"]]
     deadline = time.monotonic() + seconds
-    let_go = False
+    boxless = 0
+    asked = 0.0  # the record is read at most every 100 ms (the first time at once)
+    known: Optional[bool] = None  # what it said last: None, it keeps none drover can read
     while True:
-        seen = classify(capture(session["socket"], session["id"]), profiles[session["engine"]], pasted=payload)
-        if seen.get("input") is None or not seen.get("shows_paste"):
-            if let_go:
-                return True
-            # Seen once: confirmed by the next look.  A program that draws a frame in two writes can be caught
-            # between them with no input box at all (a tester saw "delivered" with the text still in the box).
-            let_go = True
-        else:
-            let_go = False
+        seen = classify(capture(session["socket"], session["id"]), profile, pasted=payload)
+        text = seen.get("input")
+        if text is not None and (not text or is_placeholder(text, profile)):
+            return True
+        boxless = boxless + 1 if text is None else 0
+        if not seen.get("shows_paste"):
+            if arrived is not None and time.monotonic() - asked >= 0.1:
+                asked = time.monotonic()
+                known = arrived()
+                if known:
+                    return True
+            if arrived is None or known is None:
+                if text is not None or boxless >= 2:
+                    return True
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.015)
@@ -385,7 +407,9 @@ def _second_look(session: Session, payload: str, profiles: Profiles, status: Any
         # The prompt line must now read: the prompt it showed before, then exactly the pasted text -- read with
         # wrapped lines joined (-J): a command longer than the pane is one line to the shell, several on screen.
         prompt = [line for line in lines_of(before) if line.strip()][-1:]
-        joined = tmux(session["socket"], ["capture-pane", "-p", "-J", "-t", session["id"]])
+        # From far enough back (-S) to hold the prompt even when the wrapped command pushed it off the top.
+        back = "-%d" % (len(payload) // 10 + 50)
+        joined = tmux(session["socket"], ["capture-pane", "-p", "-J", "-S", back, "-t", session["id"]])
         now = [line.rstrip() for line in lines_of(joined) if line.strip()][-1:]
         typed = now[0][len(prompt[0]) :].strip() if prompt and now and now[0].startswith(prompt[0]) else None
         if typed != payload.strip():
