@@ -45,7 +45,7 @@ def _closed() -> int:
         os.write(2 if sys.stderr is not None else 1, line)
     except OSError:
         pass
-    return 1
+    return 2  # usage: how the command was started, not a bug in drover
 
 
 def _full(args: list[str]) -> int:

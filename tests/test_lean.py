@@ -110,6 +110,6 @@ def test_a_closed_stdout_or_stderr_runs_nothing_and_says_so_in_one_line(isolated
             cwd=str(ROOT),
         )
         said = (proc.stdout if shown == "stdout" else proc.stderr).decode()
-        assert proc.returncode == 1 and said.startswith("drover: standard ") and said.count("\n") == 1, said
+        assert proc.returncode == 2 and said.startswith("drover: standard ") and said.count("\n") == 1, said
         assert "Traceback" not in said
     assert not (isolated / "home" / "truth.jsonl").exists()  # nothing was recorded, nothing sent

@@ -107,7 +107,7 @@ def context() -> Context:
         from drover.ops import Context
 
         make = state.make_context or Context
-        state.ctx = make(fleet_path=state.fleet, actor=state.actor, progress=_progress())
+        state.ctx = make(fleet_path=state.fleet, actor=state.actor, progress=_progress(), exit_on_interrupt=True)
     return state.ctx
 
 

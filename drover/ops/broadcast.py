@@ -15,10 +15,14 @@ broadcast share its id (`broadcast` in each message's options).  A host that can
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import secrets
+import signal
+import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
@@ -228,7 +232,8 @@ async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
     errors: list[dict[str, Any]] = []
     warnings: list[dict[str, Any]] = []
     try:
-        answers = await fan_out_each(ctx, hosts, on_host)
+        with _one_interrupt(ctx):
+            answers = await fan_out_each(ctx, hosts, on_host)
     except asyncio.CancelledError:
         # Ctrl-C: every send under way has recorded itself as interrupted on its way out; say what is known.
         return _interrupted(ctx, broadcast, actor, hosts, begun, finished, listed, warnings)
@@ -268,6 +273,36 @@ async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
         "warnings": warnings,
     }
     return Result(data, errors, exit_code)
+
+
+@contextlib.contextmanager
+def _one_interrupt(ctx: Context) -> Iterator[None]:
+    """Ctrl-C stops the broadcast once: the first SIGINT cancels it (as asyncio's own handler would), and the ones
+    after it -- a person pressing again, a signal to the whole process group -- are let go until the rows are
+    made, instead of cutting the report of what was sent short (asyncio raises KeyboardInterrupt at the second).
+    Only on the main thread, where signals land; the handler before is put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    hits = [0]
+
+    def on_sigint(_signum: int, _frame: Any) -> None:
+        hits[0] += 1
+        if hits[0] == 1 and task is not None:
+            loop.call_soon_threadsafe(task.cancel)
+
+    before = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        if hits[0] and ctx.exit_on_interrupt:
+            # The CLI, interrupted: the process is on its way out with exit 130, rows first.  Later Ctrl-Cs would
+            # only cut them short (closing the connections, printing), so they are ignored from here on.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        else:
+            signal.signal(signal.SIGINT, before)
 
 
 def _interrupted(

@@ -104,6 +104,9 @@ class Context:
     actor: str | None = None
     home: Path | None = None
     progress: Callable[[str, int, int], None] | None = None
+    # The process ends when an op is interrupted (the CLI): a broadcast's later Ctrl-Cs are then ignored, so that
+    # what it did is still printed.  A library's caller keeps its own SIGINT handling.
+    exit_on_interrupt: bool = False
     _fleet: Fleet | None = None
     _fleet_file: Path | None = None
     _transports: dict[str, Transport] = field(default_factory=dict)
