@@ -251,7 +251,12 @@ def helper_pids(host: str) -> list[int]:
         except OSError:
             continue
         if b"drover_boot" in cmdline and f"DROVER_TEST_HOST={host}".encode() in environ.split(b"\0"):
-            pids.append(int(pid))
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state not in ("Z", "X"):  # a helper that has exited, not yet reaped by its sshd, is no helper
+                pids.append(int(pid))
     return pids
 
 

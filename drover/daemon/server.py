@@ -99,9 +99,12 @@ class Daemon:
             self._context_class = context_class()
         cls = self._context_class
 
-        def make(fleet_path: str | None = None, actor: str | None = None, progress: Any = None) -> Any:
+        def make(
+            fleet_path: str | None = None, actor: str | None = None, progress: Any = None, exit_on_interrupt: bool = False
+        ) -> Any:
             # The caller's $DROVER_ACTOR stands where the daemon's own environment would (it has none: see main),
             # after --actor, exactly as Context.who orders them.  No progress bar: it would draw from another thread.
+            # Nor exit_on_interrupt: the daemon lives on after a request (and its ops run on threads, not signals').
             return cls(fleet_path=fleet_path, actor=actor or request.actor, request=request)
 
         return make
