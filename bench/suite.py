@@ -623,6 +623,10 @@ def fmt(s: Series) -> str:
 
 def judge(target: str, mine: Series | None, peer: Series | None) -> str:
     """met / NOT met for the wall-clock target, and whether the client CPU is at most the peer's."""
+    if mine is not None and mine.failed:
+        # A row whose runs failed measured a failure, not drover: never "met" (a daemon that errored at once
+        # once showed as a 33 ms warm send).
+        return f"RUNS FAILED ({mine.failed} of {len(mine.samples)}): no verdict"
     if mine is None or peer is None or target == "(info)":
         return ""
     if target.startswith("<= 1 s"):
