@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from drover.errors import ConfigError, FleetInvalid, UnknownHost, UsageError
+from drover.fleet_schedule import MAX_DURATION_S, duration_s, quiet_minutes
 
 LOCAL = "local"
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")  # \Z: `$` would let a final newline through
@@ -23,9 +24,6 @@ HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")  # \Z: `$` would l
 # whatever login shell the host has, so only characters no shell treats specially, and `~/` for the home.
 PYTHON_PATH = re.compile(r"^(~/)?[A-Za-z0-9_./+-]+\Z")
 MAX_BYTES = 16 << 20  # a fleet file is a few KB; anything this large is not one
-# The longest duration any key of the fleet may hold: a year and a day.  Longer ones overflow the clock arithmetic
-# of whatever uses them (a `[[nudge]] every = "999999999999d"` made every `drover nudge run` crash).
-MAX_DURATION_S = 366 * 86400.0
 # Characters no path drover passes on may hold: C0 controls (newline, CR, ESC, ...), DEL, C1 controls, and the
 # Unicode line and paragraph separators (a line break to Python's splitlines).
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -178,25 +176,6 @@ class Defaults(_Strict):
     )
 
 
-DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])")
-DURATION_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-QUIET_HOURS = re.compile(r"^\s*([01]?\d|2[0-3]):([0-5]\d)\s*-\s*([01]?\d|2[0-3]):([0-5]\d)\s*\Z")
-
-
-def duration_s(value: str) -> float:
-    """Seconds in a duration such as "90s", "15m", "1h", "1d" or "1h30m" (ValueError otherwise)."""
-    text = value.strip().lower()
-    parts = DURATION_PART.findall(text)
-    if not parts or DURATION_PART.sub("", text).strip():
-        raise ValueError(f"{value!r} is not a duration: write it like 30s, 15m, 1h, 1d or 1h30m")
-    seconds = sum(float(n) * DURATION_UNITS[unit] for n, unit in parts)
-    if seconds <= 0:
-        raise ValueError(f"{value!r} is no time at all: give a duration above zero")
-    if not seconds <= MAX_DURATION_S:  # also inf, from a number too long for a float
-        raise ValueError(f"{value!r} is longer than drover takes: at most 366d")
-    return seconds
-
-
 def place(value: str, what: str) -> str:
     """A directory as the fleet names it on a host: absolute, or ~ / ~/... (the host's home), on one line.  A
     relative one would be taken relative to wherever drover happens to run."""
@@ -205,17 +184,6 @@ def place(value: str, what: str) -> str:
     if not (value.startswith("/") or value == "~" or value.startswith("~/")):
         raise ValueError(f"{what} {value!r} is not an absolute path: write /path or ~/path (the host's home)")
     return value
-
-
-def quiet_minutes(value: str) -> tuple[int, int]:
-    """ "22:00-07:00" as minutes after midnight (start, end); the span may cross midnight."""
-    m = QUIET_HOURS.match(value)
-    if not m:
-        raise ValueError(f"{value!r} is not a span of hours: write it like 22:00-07:00 (24-hour clock, local time)")
-    start, end = int(m[1]) * 60 + int(m[2]), int(m[3]) * 60 + int(m[4])
-    if start == end:
-        raise ValueError(f"{value!r} starts where it ends: is that never, or all day? Leave quiet_hours out for never")
-    return start, end
 
 
 class NudgeEntry(_Strict):
