@@ -14,13 +14,13 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import drover
 from drover.daemon import paths
 from tests.conftest import CliResult, Tmux, drover_process, helper_pids, remote_agent, stays, wait_for
 from tests.sshfleet import SSHD, SSHFleet
@@ -233,13 +233,20 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 60) -> CliResult:
     return CliResult(proc.returncode, out, err)
 
 
-def test_a_daemon_killed_mid_request_falls_back_for_a_wait(persistent: Path, tmux: Tmux) -> None:
-    pane = tmux.agent("waiter", "default", "--busy-after-message", "6")
+def _wait_in_the_daemon(tmux: Tmux, name: str, busy_s: str, timeout: str) -> tuple[int, subprocess.Popen[str]]:
+    """An agent kept busy for busy_s, a daemon, and a `drover wait --until idle` at work in it: (the daemon's pid,
+    the waiting client)."""
+    pane = tmux.agent(name, "default", "--busy-after-message", busy_s)
     assert drover_process("send", pane.address, "keep busy", env={"DROVER_DAEMON": "0"}).code == 0
     assert drover_process("daemon", "start").code == 0
     pid = status()["pid"]
-    waiting = _background("wait", pane.address, "--until", "idle", "--timeout", "60")
+    waiting = _background("wait", pane.address, "--until", "idle", "--timeout", timeout)
     wait_for(lambda: status()["active"] == 1, what="the wait to run in the daemon")
+    return pid, waiting
+
+
+def test_a_daemon_killed_mid_request_falls_back_for_a_wait(persistent: Path, tmux: Tmux) -> None:
+    pid, waiting = _wait_in_the_daemon(tmux, "waiter", "6", "60")
     os.kill(pid, signal.SIGKILL)
     # The client runs the wait itself (waiting changes nothing: running it again is harmless), and it ends as a
     # direct wait does, once the agent is idle again.
@@ -366,8 +373,8 @@ def test_a_wait_in_the_daemon_whose_client_was_killed_frees_its_helper(
     try:
         wait_for(lambda: status()["active"] == 1, what="the wait to run in the daemon")
         working = wait_for(lambda: set(fleet_helpers(sshfleet, "h2")) - before, what="the wait's helper on h2")
-        time.sleep(0.5)  # well into the wait
-        assert client.poll() is None, client.communicate()
+        # Its caller is there: the wait goes on (a wait that took a live caller for gone would end here).
+        stays(lambda: client.poll() is None, 0.5, what="the wait, while its client is there")
     finally:
         client.kill()
         client.communicate()
@@ -393,7 +400,7 @@ def test_a_trust_file_changed_mid_send_lets_the_send_finish_within_the_bound(
     try:
         sending = _background("send", "h1:steady", "through the change", "--json")
         wait_for(lambda: status()["active"] == 1, what="the send at work in the daemon")
-        time.sleep(0.5)
+        wait_for(lambda: drover.run("messages.list", {"limit": 1}).data["messages"], what="the send accepted, then sent")
         os.utime(sshfleet.known_hosts)  # the trust files changed: the host's link is replaced
         statuses = [_background("status", "h1:steady") for _ in range(10)]
         for proc in statuses:
@@ -695,12 +702,7 @@ def test_an_overlong_runtime_dir_is_not_used_for_the_socket(monkeypatch: pytest.
 
 
 def test_a_stopped_daemon_is_given_up_on_mid_wait_and_said_to_be_not_answering(persistent: Path, tmux: Tmux) -> None:
-    pane = tmux.agent("sleepy", "default", "--busy-after-message", "120")
-    assert drover_process("send", pane.address, "keep busy", env={"DROVER_DAEMON": "0"}).code == 0
-    assert drover_process("daemon", "start").code == 0
-    pid = status()["pid"]
-    waiting = _background("wait", pane.address, "--until", "idle", "--timeout", "3")
-    wait_for(lambda: status()["active"] == 1, what="the wait to run in the daemon")
+    pid, waiting = _wait_in_the_daemon(tmux, "sleepy", "120", "3")
     os.kill(pid, signal.SIGSTOP)
     try:
         # No heartbeat from the daemon: the client gives up on it and runs the wait itself, which times out as a

@@ -15,7 +15,7 @@ import pytest
 import drover
 from drover.remote import files as remote_files
 from drover.remote.protocol import HelperError
-from tests.conftest import helper_pids, wait_for
+from tests.conftest import helper_pids, stays, wait_for
 from tests.sshfleet import SSHFleet
 
 
@@ -386,8 +386,8 @@ def test_a_wait_whose_caller_was_killed_frees_the_host_at_once(sshfleet: SSHFlee
     client = subprocess.Popen([sys.executable, "-m", "drover", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         waiting = wait_for(lambda: set(helper_pids("h2")) - before, what="the wait's helper to run on h2")
-        time.sleep(0.5)  # well into the wait
-        assert client.poll() is None, client.communicate()
+        # Its caller is there: the wait goes on (a wait that took a live caller for gone would end here).
+        stays(lambda: client.poll() is None, 0.5, what="the wait, while its client is there")
     finally:
         client.send_signal(signal.SIGKILL)
         client.communicate()

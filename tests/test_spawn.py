@@ -449,23 +449,10 @@ def test_a_folder_the_fleet_pretrusts_starts_without_the_dialog(claude_on_h1: An
 
 @pytest.fixture
 def codex_lab(tmux: Any) -> Any:
-    import shutil
-    import tempfile
+    from tests.codexlab import module_lab
 
-    from tests.codexlab import CodexLab, ensure_binary
-
-    binary, why = ensure_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the tests against the real Codex CLI, but: {why}")
-        pytest.skip(f"the real Codex CLI cannot run here: {why}")
-    root = Path(tempfile.mkdtemp(prefix="dsx-"))
-    lab = CodexLab(root, binary)
-    try:
+    with module_lab("dsx-") as lab:
         yield lab
-    finally:
-        lab.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_codex_in_a_pretrusted_folder_is_briefed_and_an_untrusted_repository_waits(

@@ -80,8 +80,7 @@ class Pool:
         self.stamps: dict[str, list[Any]] = {}  # per host: the trust files as they were when it last connected
         self.closing: set[asyncio.Future[None]] = set()  # old links being closed (kept referenced until done)
         self.used: dict[str, float] = {}  # per host: when a request last used its link (least recently used goes first)
-        self.inflight: dict[str, int] = {}  # per host: requests at work on its link now (never closed under them)
-        self.calls: dict[Any, int] = {}  # per transport: requests at work on it (a retired one closes at zero)
+        self.calls: dict[Any, int] = {}  # per transport: requests at work on it (never evicted; retired: closed at zero)
         self.retired: set[Any] = set()  # replaced transports finishing their requests
         self.evicted = 0
 
@@ -104,7 +103,7 @@ class Pool:
         over = len(self.links) - max_links()
         if over <= 0:
             return
-        idle = sorted((self.used.get(h, 0.0), h) for h in self.links if h != keep and not self.inflight.get(h))
+        idle = sorted((self.used.get(h, 0.0), h) for h, (_k, t) in self.links.items() if h != keep and not self.calls.get(t))
         for _when, host in idle[:over]:
             _key, transport = self.links.pop(host)
             self.stamps.pop(host, None)
@@ -133,24 +132,13 @@ class Pool:
         return transport
 
     async def call(self, host: str, cfg: Any, defaults: Any, profiles: dict[str, Any], op: str, args: Any, timeout: float) -> Any:
-        self.inflight[host] = self.inflight.get(host, 0) + 1
-        try:
-            return await self._call(host, cfg, defaults, profiles, op, args, timeout)
-        finally:
-            self.inflight[host] -= 1
-            if not self.inflight[host]:
-                del self.inflight[host]
-            self.used[host] = time.monotonic()
-
-    async def _call(
-        self, host: str, cfg: Any, defaults: Any, profiles: dict[str, Any], op: str, args: Any, timeout: float
-    ) -> Any:
         transport = self._link(host, cfg, defaults, profiles)
         connects = transport.connects
         self.calls[transport] = self.calls.get(transport, 0) + 1
         try:
             data = await transport.call(op, args, timeout=timeout)
         finally:
+            self.used[host] = time.monotonic()
             self.calls[transport] -= 1
             if not self.calls[transport]:
                 del self.calls[transport]
