@@ -78,6 +78,7 @@ PINNED_CODES = {
         "generating",
         "input_off",
         "multiline_unbracketed",
+        "native_lane",
         "not_an_agent",
         "not_at_prompt",
         "not_foreground",
