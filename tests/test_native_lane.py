@@ -286,3 +286,22 @@ def test_a_spawned_claude_is_briefed_through_its_inbox_only_and_an_unusable_inbo
     assert "altered" not in owner.data, owner.data["verification"]
     typed_turn = [r for r in session.transcript() if r.get("type") == "user" and owner.data["id"] in json.dumps(r)]
     assert len(typed_turn) == 1 and "<pasted_content" in json.dumps(typed_turn[0]["message"]), typed_turn
+
+    # A spawned Claude with its inbox: the brief goes there, and Claude decides (its project holds every message)
+    fleet.write_text(f'[spawn.claude]\ncommand = "sh {lab.launcher()} {{name}}"\nready_timeout_s = 60\n')
+    held_dir = lab.root / "w8"
+    (held_dir / ".claude").mkdir(parents=True)
+    (held_dir / ".claude" / "settings.json").write_text(json.dumps({"crossSessionInbound": "hold"}))
+    request = {"engine": "claude", "cwd": str(held_dir), "name": "spawned-held", "brief": "a brief to be held"}
+    second = drover.run("sessions.spawn", request, actor=ACTOR)
+    got = second.data["brief"]
+    assert (got["outcome"], got["lane"], second.exit_code) == ("held", "inbox", 3), got
+    assert 'crossSessionInbound setting is "hold"' in got["detail"], got["detail"]
+    held = ClaudeSession(lab, "spawned-held", held_dir, second.data["pane"], lab.root / "none", lab.root / "none")
+    held.session_id = second.data["id"]
+
+    def held_screen() -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", held.pane], capture_output=True, text=True).stdout
+
+    wait_for(lambda: "Held peer message" in held_screen(), timeout=10, what="Claude's notice of the held brief")
+    stays(lambda: not recorded(held, "a brief to be held") and held.peer_messages() == [], 1.0, "the brief held")
