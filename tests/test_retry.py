@@ -139,7 +139,9 @@ def test_claude_tmux_lane_kill_9_then_retry_lands_exactly_once(
     proc = killed_send(f"local:{s.name}", text, step, "--via", "tmux", "--as-owner")
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     msg = only_pending()
-    wait_for(lambda: s.status() == "idle", timeout=30)  # a retry while the session is busy says so and waits
+    if step == "after_enter":  # Enter went: let the turn it started run (a retry while it is busy says so and waits)
+        wait_for(lambda: typed_turns(s, msg["id"]) >= 1, timeout=30, what="the typed turn")
+    wait_for(lambda: s.status() == "idle", timeout=30)
     doc = drover.run("messages.retry", {"id": msg["id"]})
     assert doc.data["outcome"] in ("delivered", "queuedBehindTurn"), (doc.data.get("code"), doc.data.get("detail"))
     wait_for(lambda: typed_turns(s, msg["id"]) >= 1, timeout=20, what="the typed turn")
