@@ -89,6 +89,8 @@ MULTILINE_UNBRACKETED = "multiline_unbracketed"
 PASTE_NOT_SHOWN = "paste_not_shown"
 PANE_LOCKED = "pane_locked"
 WOULD_BE_HELD = "would_be_held"
+# A paste asked for a session whose engine has its own lane (Claude's inbox, a Codex thread's queue): native only
+NATIVE_LANE = "native_lane"
 CANNOT_VERIFY = "cannot_verify"
 NOT_FOREGROUND = "not_foreground"
 # Refusals on the queue lane (Codex): threads `codex queue` would take a message for and never run it
@@ -211,6 +213,7 @@ CODES = {
     PASTE_NOT_SHOWN: REFUSAL,
     PANE_LOCKED: REFUSAL,
     WOULD_BE_HELD: REFUSAL,
+    NATIVE_LANE: REFUSAL,
     CANNOT_VERIFY: REFUSAL,
     NOT_FOREGROUND: REFUSAL,
     THREAD_NOT_LOADED: REFUSAL,
