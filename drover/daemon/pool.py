@@ -206,6 +206,28 @@ class PooledTransport:
         return None  # the connection and its helpers stay, for the next request
 
 
+class LinkedTransport:
+    """What a library Context holds for an SSH host (drover/api.py): calls go to a pool on the same loop, so a
+    script's ops share one connection per host across calls, as the daemon's requests do."""
+
+    def __init__(self, pool: Pool, host: str, cfg: Any, defaults: Any, profiles: dict[str, Any]) -> None:
+        self.pool = pool
+        self.host = host
+        self.cfg, self.defaults, self.profiles = cfg, defaults, profiles
+        self.warnings: list[str] = []
+        self.connect_seconds: float | None = None
+
+    async def call(self, op: str, args: dict[str, Any], *, timeout: float) -> Any:
+        data, noticed, self.connect_seconds = await self.pool.call(
+            self.host, self.cfg, self.defaults, self.profiles, op, args, timeout
+        )
+        self.warnings.extend(noticed)
+        return data
+
+    async def close(self) -> None:
+        return None  # the pool's: it stays for the next call
+
+
 def context_class() -> type:
     """A Context whose SSH hosts go through the pool and whose truth file tells the client about a send's
     write-ahead record as it is made.  (Built on first use: importing the ops costs the daemon's start only.)"""

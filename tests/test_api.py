@@ -1,0 +1,204 @@
+"""drover as a library for scripts (drover/api.py): drover.run / drover.arun / Client / AsyncClient answer the
+document `drover op` prints, keep their SSH connections between calls (counted by sshd itself), and work inside
+a running event loop; the README's coordinator runs as written."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import drover
+from drover import api
+from tests.conftest import ROOT, Tmux, drover_process, remote_agent, wait_for
+from tests.sshfleet import SSHFleet
+from tests.test_daemon import persistent, running, status  # noqa: F401 - persistent is a fixture
+
+KEYS = {"drover", "op", "ok", "data", "errors"}
+
+
+def readme_coordinator() -> str:
+    """The README's coordinator script, as printed there."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    found = [b for b in blocks if b.startswith('"""coordinate.py')]
+    assert len(found) == 1, "the README shows one coordinate.py"
+    return found[0]
+
+
+def test_the_readme_coordinator_briefs_ten_sessions_on_three_hosts_over_one_connection_each(
+    sshfleet: SSHFleet, isolated: Path
+) -> None:
+    """The issue's must-show: inside asyncio.run, through the async API, ten sessions on three hosts are briefed,
+    waited for and read -- and sshd accepted exactly one connection per host for all of it."""
+    layout = {"h1": 4, "h2": 3, "h3": 3}
+    workers = [(host, f"worker-{host}-{i}") for host, n in layout.items() for i in range(1, n + 1)]
+    panes = {w: remote_agent(sshfleet, w[0], w[1], isolated, "--busy-after-message", "0.5", "--reply") for w in workers}
+    script = isolated / "coordinate.py"
+    script.write_text(readme_coordinator(), encoding="utf-8")
+    mark = sshfleet.log_mark()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, str(script), *(f"{h}:{s}" for h, s in workers)], capture_output=True, text=True, env=env, timeout=240
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Each session answered its own brief (the demo agent replies "done: " + the words it got), and that answer
+    # is what sessions.read gave back.
+    lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines())
+    assert lines == {f"{h}:{s}": f"done: take shard {i} of 10 of the test suite" for i, (h, s) in enumerate(workers, 1)}
+    for i, w in enumerate(workers, 1):
+        assert [m.endswith(f"take shard {i} of 10 of the test suite\n</cross-session-message>") for m in panes[w].messages()] == [
+            True
+        ]
+        assert panes[w].events("reply"), f"{w} never answered"
+    # sshd's own count: every TCP connection it accepted since the script started, per host address.
+    assert sshfleet.connections(since=mark) == {"h1": 1, "h2": 1, "h3": 1}
+    # And the record: ten sends, one each, by the coordinator.
+    rows = drover.run("messages.list", limit=100)["data"]["messages"]
+    assert sorted((m["host"], m["target"], m["actor"], m["outcome"]) for m in rows) == sorted(
+        (h, s, "coordinator", "delivered") for h, s in workers
+    )
+
+
+def test_a_client_reuses_its_connection_across_runs(sshfleet: SSHFleet) -> None:
+    mark = sshfleet.log_mark()
+    with drover.Client() as client:
+        docs = [client.run("sessions.list", hosts=["h1", "h2"]) for _ in range(4)]
+        assert all(doc.ok for doc in docs), docs
+        assert client.connections() == {"h1": 1, "h2": 1}
+    assert sshfleet.connections(since=mark) == {"h1": 1, "h2": 1, "h3": 0}
+    # drover.run's own client, across calls, sync and async alike.
+    mark = sshfleet.log_mark()
+    for _ in range(3):
+        assert drover.run("sessions.list", {"hosts": ["h3"]}).ok
+
+    async def from_a_loop() -> list[Any]:
+        return list(await asyncio.gather(*(drover.arun("sessions.list", hosts=["h3"]) for _ in range(3))))
+
+    assert all(doc["ok"] for doc in asyncio.run(from_a_loop()))
+    assert sshfleet.connections(since=mark) == {"h1": 0, "h2": 0, "h3": 1}
+    # Closed means closed: the next call opens a new connection.
+    drover.close()
+    assert drover.run("sessions.list", hosts=["h3"]).ok
+    assert sshfleet.connections(since=mark) == {"h1": 0, "h2": 0, "h3": 2}
+
+
+def test_run_works_inside_a_running_event_loop(tmux: Tmux) -> None:
+    pane = tmux.agent("in-loop")
+
+    async def coordinator() -> tuple[Any, Any, Any]:
+        sent = drover.run("sessions.message", id=pane.address, text="sent from inside a loop", actor="looper")
+        with drover.Client(actor="looper") as client:
+            status = client.run("sessions.status", {"id": pane.address})
+            waited = await client.arun("sessions.wait", id=pane.address, timeout_s=30)
+        return sent, status, waited
+
+    sent, status, waited = asyncio.run(coordinator())
+    assert sent["ok"] and sent["data"]["outcome"] == "delivered", sent
+    assert status["ok"] and status["data"]["session"]["id"] == pane.id
+    assert waited["ok"] and waited["data"]["reached"], waited
+    wait_for(pane.messages, what="the message")
+    assert ["sent from inside a loop" in m and 'from-name="drover (looper)"' in m for m in pane.messages()] == [True]
+
+
+def test_the_answer_is_the_document_drover_op_prints(tmux: Tmux, cli: Any) -> None:
+    pane = tmux.agent("shape")
+    screen = pane.screen()
+    request = {"engine": "demo", "screen": screen}
+    doc = drover.run("guard.check", request)
+    assert type(doc) is api.Reply and isinstance(doc, dict) and set(doc) == KEYS
+    printed = cli("op", "guard.check", json.dumps(request))
+    assert doc == printed.json() and json.loads(json.dumps(doc)) == printed.json()
+    assert doc["drover"] == 1 and doc["op"] == "guard.check" and doc["errors"] == [] and doc.exit_code == printed.code == 0
+    # A dict and keyword arguments are one request (the keywords win); the attributes read the same fields.
+    status = drover.run("sessions.status", {"id": "nobody-by-that-name"}, id=pane.address, tail=2)
+    assert status.ok is status["ok"] is True and status.data is status["data"] and status.data["session"]["id"] == pane.id
+    # Failures are documents too, with the CLI's exit code: never an exception.
+    for args, code, exit_code in (
+        ({"id": pane.address, "bogus": 1}, "invalid_request", 2),
+        ({"id": "nobody-by-that-name"}, "session_not_found", 6),
+    ):
+        failed = drover.run("sessions.status", **args)
+        assert set(failed) == KEYS and failed["ok"] is False and failed["data"] is None, failed
+        assert failed["errors"][0]["code"] == code and failed.exit_code == exit_code
+        assert failed == cli("op", "sessions.status", json.dumps(args)).json()
+    unknown = drover.run("no.such.op")
+    assert unknown["errors"][0]["code"] == "unknown_op" and unknown.exit_code == 2 and unknown.op == "no.such.op"
+    with pytest.raises(TypeError, match="a dict or keyword arguments"):
+        drover.run("sessions.list", ["h1"])  # type: ignore[arg-type]
+
+
+def waiters() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "drover-helper-wait"]
+
+
+def test_an_async_client_on_its_loop_and_a_cancelled_op(tmux: Tmux) -> None:
+    pane = tmux.agent("async-busy")
+    os.kill(pane.pid, signal.SIGUSR2)  # busy until told otherwise
+    wait_for(lambda: "esc to interrupt" in pane.screen(), what="busy")
+
+    async def scenario() -> tuple[Any, Any]:
+        async with drover.AsyncClient() as client:
+            waiting = asyncio.ensure_future(client.run("sessions.wait", id=pane.address, timeout_s=600))
+            while not waiters():  # the wait is at work (the local helper's thread)
+                await asyncio.sleep(0.02)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            while waiters():  # and it stops: nothing is left waiting for the busy session
+                await asyncio.sleep(0.02)
+            # The client goes on: the cancelled wait left nothing wedged.
+            return await client.run("sessions.status", id=pane.address), client
+
+    status, client = asyncio.run(scenario())
+    assert status["ok"] and status["data"]["session"]["state"] == "busy", status
+
+    async def elsewhere() -> None:
+        await client.run("sessions.list")
+
+    with pytest.raises(RuntimeError, match="closed"):
+        asyncio.run(elsewhere())
+    other = drover.AsyncClient()
+
+    async def first() -> None:
+        await other.run("messages.list")
+
+    asyncio.run(first())
+    with pytest.raises(RuntimeError, match="belongs to the event loop it was first used on"):
+        asyncio.run(first())
+
+
+@pytest.mark.usefixtures("persistent")
+def test_a_running_daemon_serves_the_library_with_its_pool(sshfleet: SSHFleet) -> None:
+    """With a daemon running, drover.run and drover.arun go through it: its one connection per host serves them,
+    and the script's process opens none of its own."""
+    first = drover_process("ls", "--json", timeout=60)  # the first use: runs directly and starts the daemon
+    assert first.code == 0, first
+    before = running()["served"]
+    mark = sshfleet.log_mark()
+    docs = [drover.run("sessions.list", hosts=["h1"]) for _ in range(3)]
+
+    async def from_a_loop() -> Any:
+        return await drover.arun("sessions.list", hosts=["h1"])
+
+    docs.append(asyncio.run(from_a_loop()))
+    assert all(set(d) == KEYS and d.ok for d in docs), docs
+    assert status()["served"] == before + 4
+    assert api.shared().connections() == {}
+    assert sshfleet.connections(since=mark) == {"h1": 1, "h2": 0, "h3": 0}
+    # A client that says no to the daemon runs its ops itself.
+    mark = sshfleet.log_mark()
+    with drover.Client(daemon=False) as own:
+        assert own.run("sessions.list", hosts=["h2"]).ok
+        assert own.connections() == {"h2": 1}
+    assert status()["served"] == before + 4
+    assert sshfleet.connections(since=mark) == {"h1": 0, "h2": 1, "h3": 0}
