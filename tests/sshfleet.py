@@ -136,6 +136,11 @@ class SSHFleet:
                 raise RuntimeError(f"sshd rejected its config: {check.stderr}")
             self.procs.append(subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=self.log, stderr=subprocess.STDOUT))
         self._wait_listening()
+        # sshd logs those probes from the children it forked for them, maybe later: what connections() counts
+        # from a log_mark taken now must not include them.
+        deadline = time.monotonic() + 30
+        while min(self.connections().values()) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
         host_key = self.host_key_line.split()
         self.known_hosts.write_text("".join(f"[{self.addr(n)}]:{self.port} {host_key[0]} {host_key[1]}\n" for n in self.names))
         self.known_hosts.chmod(0o600)

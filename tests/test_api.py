@@ -19,7 +19,7 @@ import pytest
 
 import drover
 from drover import api
-from tests.conftest import ROOT, Tmux, drover_process, remote_agent, wait_for
+from tests.conftest import ROOT, Tmux, drover_process, helper_pids, remote_agent, stays, wait_for
 from tests.sshfleet import SSHFleet
 from tests.test_daemon import persistent, running, status  # noqa: F401 - persistent is a fixture
 
@@ -202,3 +202,78 @@ def test_a_running_daemon_serves_the_library_with_its_pool(sshfleet: SSHFleet) -
         assert own.connections() == {"h2": 1}
     assert status()["served"] == before + 4
     assert sshfleet.connections(since=mark) == {"h1": 0, "h2": 1, "h3": 0}
+
+
+@pytest.mark.usefixtures("persistent")
+def test_a_send_whose_daemon_dies_after_recording_it_is_reported_uncertain_never_resent(
+    tmux: Tmux, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon kills itself right after the write-ahead record, before anything is delivered: the library
+    must not run the send again itself (that could deliver it twice); it answers a failed document naming the
+    message, which messages.retry then finishes exactly once."""
+    pane = tmux.agent("once-only")
+    monkeypatch.setenv("DROVER_FAULT", "after_accept")  # the daemon's environment and ours alike: it must match
+    assert drover_process("daemon", "start").code == 0
+    doc = drover.run("sessions.message", id=pane.address, text="exactly once")
+    assert set(doc) == KEYS and doc["ok"] is False and doc.exit_code == 5, doc
+    (error,) = doc["errors"]
+    assert error["code"] == "connection_lost" and "may or may not have arrived" in error["message"]
+    msg_id = error["message"].split("while sending ")[1].split(":")[0]
+    stays(lambda: pane.messages() == [], 1.0, what="nothing delivered, and nothing resent by the library")
+    monkeypatch.delenv("DROVER_FAULT")
+    monkeypatch.setenv("DROVER_DAEMON", "0")
+    assert [m["id"] for m in drover.run("messages.list", pending=True)["data"]["messages"]] == [msg_id]
+    assert drover.run("messages.retry", id=msg_id)["data"]["outcome"] == "delivered"
+    wait_for(pane.messages, what="the retried message")
+    stays(lambda: [m.count("exactly once") for m in pane.messages()] == [1], 1.0, what="one copy")
+
+
+def test_a_pooled_connection_the_host_dropped_is_replaced_before_the_next_call(sshfleet: SSHFleet) -> None:
+    """sshd closes the client's kept connection between two calls (a host restarted, a NAT timeout): the pool
+    forgets it as soon as it is lost, and the next call connects again instead of failing on the corpse."""
+    mark = sshfleet.log_mark()
+    with drover.Client() as client:
+        assert client.run("sessions.list", hosts=["h1"]).ok
+        helpers = wait_for(lambda: helper_pids("h1"), what="the helpers kept on h1")
+        (session,) = {sshd_of(pid) for pid in helpers}  # all on the one connection
+        os.kill(session, signal.SIGTERM)  # the sshd process serving that one connection
+        wait_for(lambda: not connected(client, "h1"), what="the client to notice the lost connection")
+        again = client.run("sessions.list", hosts=["h1"])
+        assert again.ok, again
+        assert client.connections() == {"h1": 2}
+    assert sshfleet.connections(since=mark) == {"h1": 2, "h2": 0, "h3": 0}
+
+
+def connected(client: drover.Client, host: str) -> bool:
+    pool = client._core.pool
+    assert pool is not None
+    return any(row["connected"] for row in pool.status() if row["host"] == host)
+
+
+def sshd_of(pid: int) -> int:
+    """The sshd process (`sshd: USER@notty`) a helper runs under: one per connection."""
+    while pid > 1:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if (
+            Path(f"/proc/{parent}/cmdline").read_bytes().startswith(b"sshd: ")
+            and b"@" in Path(f"/proc/{parent}/cmdline").read_bytes()
+        ):
+            return parent
+        pid = parent
+    raise AssertionError("no sshd session process above the helper")
+
+
+def test_read_gives_a_demo_agents_briefs_and_replies(tmux: Tmux) -> None:
+    pane = tmux.agent("replier", "default", "--reply")
+    assert drover.run("sessions.message", id=pane.address, text="line one\nline two", actor="boss").ok
+    wait_for(lambda: pane.events("reply"), what="the reply")
+    peer = drover.run("sessions.read", id=pane.address, roles=["peer"])
+    assert peer.ok, peer
+    assert [(e["role"], e["text"], e["from"]) for e in peer["data"]["events"]] == [
+        ("peer", "line one\nline two", "drover (boss)")
+    ]
+    assert peer["data"]["engine"] == "demo" and peer["data"]["path"] == str(pane.log)
+    answer = drover.run("sessions.read", id=pane.address, roles=["assistant"])
+    assert [e["text"] for e in answer["data"]["events"]] == ["done: line one line two"]
+    assert drover.run("sessions.read", id=pane.address, last=5)["data"]["matched"] == 2

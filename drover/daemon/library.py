@@ -139,7 +139,7 @@ class _Talk:
             return doc, code
         # No document: the daemon's command failed before it could print one (an internal error, said on stderr).
         why = "".join(self.err).strip() or f"the daemon's `drover op {self.name}` printed no document (exit {code})"
-        return self.failed(why, code if code else ExitCode.INTERNAL, P.INTERNAL)
+        return self.failed(why, code if code else ExitCode.INTERNAL, P.INTERNAL_ERROR)
 
     def failed(self, message: str, code: int, error: str) -> tuple[dict[str, Any], int]:
         doc = {"drover": 1, "op": self.name, "ok": False, "data": None, "errors": [{"code": error, "message": message}]}
