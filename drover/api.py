@@ -58,7 +58,7 @@ class Reply(dict[str, Any]):
 
     @property
     def errors(self) -> list[dict[str, Any]]:
-        return list(self["errors"])
+        return self["errors"]
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self)

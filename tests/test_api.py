@@ -178,7 +178,7 @@ def test_an_async_client_on_its_loop_and_a_cancelled_op(tmux: Tmux) -> None:
 
 
 @pytest.mark.usefixtures("persistent")
-def test_a_running_daemon_serves_the_library_with_its_pool(sshfleet: SSHFleet) -> None:
+def test_a_running_daemon_serves_the_library_with_its_pool(sshfleet: SSHFleet, monkeypatch: pytest.MonkeyPatch) -> None:
     """With a daemon running, drover.run and drover.arun go through it: its one connection per host serves them,
     and the script's process opens none of its own."""
     first = drover_process("ls", "--json", timeout=60)  # the first use: runs directly and starts the daemon
@@ -202,6 +202,14 @@ def test_a_running_daemon_serves_the_library_with_its_pool(sshfleet: SSHFleet) -
         assert own.connections() == {"h2": 1}
     assert status()["served"] == before + 4
     assert sshfleet.connections(since=mark) == {"h1": 0, "h2": 1, "h3": 0}
+    # The daemon stands for another environment than the script's now: not asked, the op runs here.
+    monkeypatch.setenv("DROVER_SOMETHING_ELSE", "1")
+    mark = sshfleet.log_mark()
+    assert drover.run("sessions.list", hosts=["h3"]).ok
+    assert api.shared().connections() == {"h3": 1}
+    assert sshfleet.connections(since=mark) == {"h1": 0, "h2": 0, "h3": 1}
+    monkeypatch.delenv("DROVER_SOMETHING_ELSE")
+    assert status()["served"] == before + 4
 
 
 @pytest.mark.usefixtures("persistent")

@@ -30,8 +30,7 @@ class Refused(Exception):
 def argv_of(name: str, payload: dict[str, Any], fleet: str | None, actor: str | None) -> list[str]:
     argv = ["op", name, json.dumps(payload, ensure_ascii=False)]
     if fleet is not None:
-        # Absolute: the daemon resolves it against the caller's directory too, but a script's cwd may move on.
-        argv += ["--fleet", os.path.abspath(os.path.expanduser(fleet))]
+        argv += ["--fleet", fleet]  # resolved against the cwd sent along, as a direct run resolves it
     if actor is not None:
         argv += ["--actor", actor]
     return argv

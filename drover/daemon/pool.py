@@ -1,5 +1,6 @@
 """The daemon's pool: one SSHTransport per host in persistent mode (one connection, long-lived helpers), on the
-daemon's loop, and the Context through which a request's ops reach it."""
+daemon's loop, and the Context through which a request's ops reach it.  A library client (drover/api.py) keeps a
+Pool of its own, on its loop, reached through LinkedTransport."""
 
 from __future__ import annotations
 
