@@ -137,6 +137,15 @@ def test_the_answer_is_the_document_drover_op_prints(tmux: Tmux, cli: Any) -> No
         drover.run("sessions.list", ["h1"])  # type: ignore[arg-type]
 
 
+async def until(cond: Any, what: str, timeout: float = 20.0) -> None:
+    """conftest's wait_for, for a coroutine: the loop goes on while it waits."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
 def waiters() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "drover-helper-wait"]
 
@@ -149,17 +158,26 @@ def test_an_async_client_on_its_loop_and_a_cancelled_op(tmux: Tmux) -> None:
     async def scenario() -> tuple[Any, Any]:
         async with drover.AsyncClient() as client:
             waiting = asyncio.ensure_future(client.run("sessions.wait", id=pane.address, timeout_s=600))
-            while not waiters():  # the wait is at work (the local helper's thread)
-                await asyncio.sleep(0.02)
+            await until(waiters, "the wait at work (the local helper's thread)")
             waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiting
-            while waiters():  # and it stops: nothing is left waiting for the busy session
-                await asyncio.sleep(0.02)
+            await until(lambda: not waiters(), "the cancelled wait to stop")
             # The client goes on: the cancelled wait left nothing wedged.
             return await client.run("sessions.status", id=pane.address), client
 
     status, client = asyncio.run(scenario())
+
+    async def through_drover_arun() -> None:
+        waiting = asyncio.ensure_future(drover.arun("sessions.wait", id=pane.address, timeout_s=600))
+        await until(waiters, "the wait at work, from the shared client's thread")
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await until(lambda: not waiters(), "the cancelled wait to stop")
+
+    asyncio.run(through_drover_arun())
+    assert drover.run("sessions.status", id=pane.address)["data"]["session"]["state"] == "busy"
     assert status["ok"] and status["data"]["session"]["state"] == "busy", status
 
     async def elsewhere() -> None:
@@ -202,6 +220,12 @@ def test_a_running_daemon_serves_the_library_with_its_pool(sshfleet: SSHFleet, m
         assert own.connections() == {"h2": 1}
     assert status()["served"] == before + 4
     assert sshfleet.connections(since=mark) == {"h1": 0, "h2": 1, "h3": 0}
+    # The daemon's answer is the very document a run here gives, odd characters and all.
+    odd = {"engine": "demo", "screen": "\x1b[31m\u276f caf\u00e9 \u202e\x07 \ud83d\ude00 \u2028"}
+    served = before + 4
+    with drover.Client(daemon=False) as own:
+        assert drover.run("guard.check", odd) == own.run("guard.check", odd)
+        assert status()["served"] == served + 1
     # The daemon stands for another environment than the script's now: not asked, the op runs here.
     monkeypatch.setenv("DROVER_SOMETHING_ELSE", "1")
     mark = sshfleet.log_mark()
@@ -209,7 +233,7 @@ def test_a_running_daemon_serves_the_library_with_its_pool(sshfleet: SSHFleet, m
     assert api.shared().connections() == {"h3": 1}
     assert sshfleet.connections(since=mark) == {"h1": 0, "h2": 0, "h3": 1}
     monkeypatch.delenv("DROVER_SOMETHING_ELSE")
-    assert status()["served"] == before + 4
+    assert status()["served"] == served + 1
 
 
 @pytest.mark.usefixtures("persistent")
@@ -285,3 +309,9 @@ def test_read_gives_a_demo_agents_briefs_and_replies(tmux: Tmux) -> None:
     answer = drover.run("sessions.read", id=pane.address, roles=["assistant"])
     assert [e["text"] for e in answer["data"]["events"]] == ["done: line one line two"]
     assert drover.run("sessions.read", id=pane.address, last=5)["data"]["matched"] == 2
+    # A log that is gone is no transcript: said so, not an empty one.
+    assert pane.log is not None
+    pane.log.unlink()
+    gone = drover.run("sessions.read", id=pane.address)
+    assert gone["ok"] is False and gone["errors"][0]["code"] == "no_transcript", gone
+    assert "keeps no log drover can read" in gone["errors"][0]["message"]
