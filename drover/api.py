@@ -20,6 +20,7 @@ import atexit
 import concurrent.futures
 import os
 import threading
+import weakref
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,6 +199,7 @@ class Client:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         self._closed = False
 
     def _start(self) -> asyncio.AbstractEventLoop:
@@ -209,6 +211,8 @@ class Client:
                 thread = threading.Thread(target=loop.run_forever, name="drover-client", daemon=True)
                 thread.start()
                 self._loop, self._thread = loop, thread
+                # A client dropped without close(): its connections and thread go when it is collected.
+                self._finalizer = weakref.finalize(self, _stop, loop, self._core)
             return self._loop
 
     def _submit(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
@@ -240,11 +244,15 @@ class Client:
 
     def close(self) -> None:
         """Close the connections and stop the thread (bounded: a host that stopped answering is dropped)."""
+        if self._thread is not None and threading.current_thread() is self._thread:
+            raise RuntimeError("drover.Client.close called from inside one of its own ops")
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             loop, thread = self._loop, self._thread
+        if self._finalizer is not None:
+            self._finalizer.detach()
         if loop is None or thread is None:
             return
         try:
@@ -261,6 +269,22 @@ class Client:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+def _stop(loop: asyncio.AbstractEventLoop, core: _Core) -> None:
+    """Close a collected client's connections, then its loop, without waiting (the collector may run anywhere)."""
+
+    async def down() -> None:
+        try:
+            await core.close()
+        finally:
+            loop.stop()
+
+    work = down()
+    try:
+        asyncio.run_coroutine_threadsafe(work, loop)
+    except RuntimeError:
+        work.close()  # its loop is closed already
 
 
 # -- the process-wide client behind drover.run and drover.arun ---------------------------------------------------

@@ -5,6 +5,7 @@ a running event loop; the README's coordinator runs as written."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import re
@@ -19,9 +20,9 @@ import pytest
 
 import drover
 from drover import api
-from tests.conftest import ROOT, Tmux, drover_process, helper_pids, remote_agent, stays, wait_for
+from tests.conftest import ROOT, Tmux, drover_process, remote_agent, stays, wait_for
 from tests.sshfleet import SSHFleet
-from tests.test_daemon import persistent, running, status  # noqa: F401 - persistent is a fixture
+from tests.test_daemon import fleet_helpers, persistent, running, status  # noqa: F401 - persistent is a fixture
 
 KEYS = {"drover", "op", "ok", "data", "errors"}
 
@@ -76,6 +77,15 @@ def test_a_client_reuses_its_connection_across_runs(sshfleet: SSHFleet) -> None:
         assert all(doc.ok for doc in docs), docs
         assert client.connections() == {"h1": 1, "h2": 1}
     assert sshfleet.connections(since=mark) == {"h1": 1, "h2": 1, "h3": 0}
+    # A client dropped without close() still closes: its helpers end and its thread stops when it is collected.
+    dropped = drover.Client()
+    assert dropped.run("sessions.list", hosts=["h2"]).ok
+    thread = dropped._thread
+    assert thread is not None and wait_for(lambda: fleet_helpers(sshfleet, "h2"), what="a helper kept on h2")
+    del dropped
+    gc.collect()
+    wait_for(lambda: not thread.is_alive(), what="the dropped client's thread to stop")
+    wait_for(lambda: fleet_helpers(sshfleet, "h2") == [], what="the dropped client's helpers to end")
     # drover.run's own client, across calls, sync and async alike.
     mark = sshfleet.log_mark()
     for _ in range(3):
@@ -266,7 +276,7 @@ def test_a_pooled_connection_the_host_dropped_is_replaced_before_the_next_call(s
     mark = sshfleet.log_mark()
     with drover.Client() as client:
         assert client.run("sessions.list", hosts=["h1"]).ok
-        helpers = wait_for(lambda: helper_pids("h1"), what="the helpers kept on h1")
+        helpers = wait_for(lambda: fleet_helpers(sshfleet, "h1"), what="the helpers kept on h1")
         (session,) = {sshd_of(pid) for pid in helpers}  # all on the one connection
         os.kill(session, signal.SIGTERM)  # the sshd process serving that one connection
         wait_for(lambda: not connected(client, "h1"), what="the client to notice the lost connection")
