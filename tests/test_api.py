@@ -325,3 +325,25 @@ def test_read_gives_a_demo_agents_briefs_and_replies(tmux: Tmux) -> None:
     gone = drover.run("sessions.read", id=pane.address)
     assert gone["ok"] is False and gone["errors"][0]["code"] == "no_transcript", gone
     assert "keeps no log drover can read" in gone["errors"][0]["message"]
+
+
+def test_the_environment_read_for_the_daemon_leaves_the_umask_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """drover.run asks for the daemon's environment on its own thread: finding the umask must never set it, even
+    for an instant, or a file the script's other threads create then would get the wrong mode."""
+    from drover.daemon import paths
+
+    calls: list[int] = []
+    real = os.umask
+
+    def watched(mask: int) -> int:
+        calls.append(mask)
+        return real(mask)
+
+    monkeypatch.setattr(os, "umask", watched)
+    for mask in (0o022, 0o027):
+        old = real(mask)
+        try:
+            assert paths.environment()[paths.UMASK] == f"{mask:04o}"
+        finally:
+            real(old)
+    assert calls == []
