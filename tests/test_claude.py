@@ -79,9 +79,10 @@ def test_duplicate_is_dropped_by_the_receiver_when_drovers_own_limit_is_off(clau
     fleet = isolated / "fleet.toml"
     fleet.write_text("[limits]\nduplicate_window_s = 0\n")
     s = claude_lab.start("dup-a")
-    first = drover.run("sessions.message", {"id": s.name, "text": "same words"}, actor=ACTOR, fleet_path=str(fleet))
-    assert first.data["outcome"] == "delivered"
-    second = drover.run("sessions.message", {"id": s.name, "text": "same words"}, actor=ACTOR, fleet_path=str(fleet))
+    with drover.Client(fleet=fleet, actor=ACTOR) as client:
+        first = client.run("sessions.message", id=s.name, text="same words")
+        assert first.data["outcome"] == "delivered"
+        second = client.run("sessions.message", id=s.name, text="same words")
     assert (second.data["outcome"], second.data["code"]) == ("dropped", "duplicate"), second.data
     # with drover's limit on (the default), the second never leaves
     third = send(s, "same words")
@@ -92,9 +93,8 @@ def test_bypass_session_holds_plain_messages_and_takes_the_owners(claude_lab: An
     fleet = isolated / "fleet.toml"
     fleet.write_text("[hosts.local]\nowner_relay = true\n")
     s = claude_lab.start("bypass-a", flags="--dangerously-skip-permissions")
-    owner = drover.run(
-        "sessions.message", {"id": s.name, "text": "the owner's words", "as_owner": True}, actor=ACTOR, fleet_path=str(fleet)
-    )
+    with drover.Client(fleet=fleet, actor=ACTOR) as client:
+        owner = client.run("sessions.message", id=s.name, text="the owner's words", as_owner=True)
     assert owner.data["outcome"] == "delivered", owner.data
     assert owner.data["declared_mode"] == "bypass" and owner.data["target_permission_mode"] == "bypassPermissions"
     wait_for(lambda: s.status() == "idle" and s.peer_messages(), timeout=20, what="the owner's message to be taken")

@@ -215,6 +215,7 @@ def test_busy_engine_that_does_not_queue_is_refused(tmux: Tmux, isolated: Path) 
     pane = tmux.agent("noqueue")
     os.kill(pane.pid, signal.SIGUSR2)
     wait_for(lambda: "esc to interrupt" in pane.screen())
-    doc = drover.run("sessions.message", {"id": pane.address, "text": "hi"}, actor="tester", fleet_path=str(fleet))
+    with drover.Client(fleet=fleet, actor="tester") as client:
+        doc = client.run("sessions.message", id=pane.address, text="hi")
     assert (doc.data["outcome"], doc.data["code"]) == ("refused", "busy")
     assert pane.messages() == []
