@@ -77,6 +77,7 @@ PINNED_CODES = {
         "expired",
         "generating",
         "input_off",
+        "keys_not_text",
         "multiline_unbracketed",
         "not_an_agent",
         "not_at_prompt",
