@@ -55,6 +55,18 @@ def test_a_draft_typed_into_real_claude_is_never_submitted_idle_or_busy(claude_l
     assert not any("DRAFT" in t for t in user_turns(s))
 
 
+def test_a_draft_that_reads_like_claudes_placeholder_is_still_a_draft(claude_lab: Any) -> None:
+    """Claude draws its `Try "..."` suggestion dim; a person's `Try "..."` is in normal intensity: theirs."""
+    s = claude_lab.start("draft-try")
+    draft = 'Try "deleting the prod database"'
+    type_draft(s, draft)
+    doc = send(s, "coordinator: rebase on master", via="tmux")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "draft_in_input"), doc.data
+    assert not doc.data.get("pasted")
+    stays(lambda: user_turns(s) == [], 1, "no turn started")
+    assert f"❯\u00a0{draft}" in s.screen().replace("❯ ", "❯\u00a0") and "cross-session-message" not in s.screen()
+
+
 def test_permission_parity_bypass_session_refuses_the_pane_as_the_inbox_would_hold(claude_lab: Any) -> None:
     s = claude_lab.start("parity-a", flags="--dangerously-skip-permissions")
     wait_for(lambda: "bypass permissions on" in s.screen(), timeout=10, what="the bypass footer")

@@ -21,7 +21,7 @@ from . import protocol as P
 from .discovery import Profiles, Session, public
 from .faults import fault
 from .protocol import HelperError
-from .screen import classify, is_placeholder, lines_of, paste_allowed
+from .screen import classify, is_placeholder, lines_of, paste_allowed, plain
 from .tmux import capture, pane_flags, tmux
 
 Outcome = Dict[str, Any]
@@ -192,8 +192,10 @@ def check_pane(
                 ": %s has the keyboard" % holder[0][1] if holder else "",
             )
             return refusal(P.NOT_FOREGROUND, detail, session), "", {}
-    screen = capture(socket, pane_id)
-    seen = classify(screen, profiles[expect], pasted)
+    # With attributes where the engine has a placeholder: it is told from a person's text by being drawn dim.
+    styled = profiles[expect].get("placeholder") and tmux(socket, ["capture-pane", "-p", "-e", "-t", pane_id])
+    screen = plain(styled) if styled else capture(socket, pane_id)
+    seen = classify(styled or screen, profiles[expect], pasted)
     seen["flags"] = flags
     own = status() if status is not None else None
     if own is not None and seen["state"] in ("idle", "busy"):
@@ -255,6 +257,13 @@ def _verdict(seen: Dict[str, Any], profile: Dict[str, Any], engine: str) -> Tupl
     state = seen["state"]
     if state == "dialog":
         return P.DIALOG, "refused: " + seen["reason"]
+    if seen.get("unsent"):
+        detail = (
+            "refused: drover's own earlier message %s sits unsent in the input box (pasted, never submitted): " % (seen["unsent"])
+        )
+        return P.DRAFT_IN_INPUT, detail + "nothing is pasted onto it; `drover retry %s` or clearing the box frees the pane" % (
+            seen["unsent"]
+        )
     if seen.get("draft"):
         return P.DRAFT_IN_INPUT, "refused: the input box holds text nobody sent yet (%r): a person's draft is theirs" % (
             seen["input"][:60]
@@ -329,6 +338,8 @@ def _deliver_locked(
             code, detail = _verdict(seen, profiles[engine], engine)
             if code:
                 refused = refusal(code, detail, session, seen["state"])
+                if seen.get("unsent"):
+                    refused["unsent"] = seen["unsent"]
         if refused is not None:
             return refused
         state = seen["state"]
