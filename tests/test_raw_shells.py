@@ -6,7 +6,11 @@ A shell's line editor in a vi command mode takes a paste's bytes as commands (ba
 from __future__ import annotations
 
 import os
+import pwd
+import shlex
 import shutil
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +160,66 @@ def test_dash_runs_no_line_editor_and_gets_a_line(tmux: Tmux, isolated: Path) ->
     doc = send(pane.address, f"echo dash > {marker}")
     assert doc.data["outcome"] == "delivered", (doc.data["code"], doc.data["detail"])
     wait_for(marker.exists, what="dash to run the line")
+
+
+# -- over SSH, as the users whose login shells these are (not root: the line editor read as its own user) ----------
+
+
+def as_user(user: str, command: str) -> str:
+    proc = subprocess.run(
+        ["su", "-s", "/bin/sh", user, "-c", f"env -u TMUX_TMPDIR -u TMUX {command}"], capture_output=True, text=True, timeout=10
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def user_pane(user: str, shell: str, home: Path) -> Callable[..., str]:
+    """A pane of the user's own tmux server running their shell as Debian sets it up (its default prompt);
+    returns a runner of tmux commands on it."""
+    as_user(user, "tmux -L drraw kill-server 2>/dev/null; true")
+    as_user(user, f"tmux -L drraw new-session -d -s raw -x 160 -y 40 -c {home} 'exec {which(shell)}'")
+
+    def run(*args: str) -> str:
+        return as_user(user, "tmux -L drraw " + " ".join(shlex.quote(a) for a in args))
+
+    return run
+
+
+@pytest.mark.parametrize("shell", ["bash", "tcsh", "fish"])
+def test_over_ssh_a_users_own_shell_at_its_default_prompt_gets_a_line(shell: str, sshfleet: Any) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("logging in as the test users of the fleet needs root (CI runs as root)")
+    user = sshfleet.shell_user(shell)
+    home = Path(pwd.getpwnam(user).pw_dir)
+    marker = home / "raw-ssh.txt"
+    marker.unlink(missing_ok=True)
+    for rc in (".tcshrc", ".bashrc"):
+        (home / rc).unlink(missing_ok=True)
+    (home / ".local/share/fish/generated_completions").mkdir(parents=True, exist_ok=True)
+    subprocess.run(["chown", "-R", f"{user}:", str(home)], check=True)
+    tmux = user_pane(user, shell, home)
+    try:
+        wait_for(lambda: tmux("capture-pane", "-p", "-t", "raw").rstrip().endswith(("$", ">")), what=f"{shell}'s prompt")
+        sshfleet.fleet_file.write_text(sshfleet.fleet_toml(f'[hosts.colleague]\nssh = "h1"\nuser = "{user}"\n'))
+        doc = drover.run(
+            "sessions.message", {"host": "colleague", "id": "raw", "text": f"echo ok > {marker}", "raw": True}, actor="t"
+        )
+        assert doc.data["outcome"] == "delivered", (doc.data.get("code"), doc.data.get("detail"))
+        wait_for(marker.exists, what="the line to run as the user")
+        if shell != "bash":
+            return
+        # The user switches to vi and presses Esc: drover, logged in as that user, reads the mode and refuses.
+        recalled = home / "recalled.txt"
+        tmux("send-keys", "-t", "raw", "set -o vi", "Enter", f"touch {recalled}", "Enter")
+        wait_for(recalled.exists, what="the command to recall")
+        recalled.unlink()
+        tmux("send-keys", "-t", "raw", "Escape")
+        pid = int(tmux("display", "-p", "-t", "raw", "#{pane_pid}"))
+        wait_for(
+            lambda: line_editor.refusal("bash", pid, os.readlink(f"/proc/{pid}/fd/0"), "") is not None, what="vi command mode"
+        )
+        doc = drover.run("sessions.message", {"host": "colleague", "id": "raw", "text": "kvetching", "raw": True}, actor="t")
+        assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
+        stays(lambda: not recalled.exists(), what="no command recalled and run")
+    finally:
+        tmux("kill-server")

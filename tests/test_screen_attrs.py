@@ -63,3 +63,23 @@ def test_busy_codex_with_queued_messages_between_its_working_line_and_the_compos
     # Those lines only extend the live region: history above an idle composer still says nothing about now.
     idle = (SCREENS / "codex-real-busy-queued.txt").read_text(encoding="utf-8").replace("• Working", "• Worked")
     assert classify(idle.replace("esc to interrupt", "done"), profile)["state"] == "idle"
+
+
+def test_claudes_placeholder_with_the_cursor_on_its_first_letter_is_the_placeholder() -> None:
+    """How Claude Code 2.1.328 draws its suggestion (renderedPlaceholder: the first letter inverted under the cursor,
+    the rest chalk.dim), laid into the real capture's input line -- the offline lab shows no suggestion."""
+    styled = (SCREENS / "claude-real-draft-try.ansi").read_text(encoding="utf-8")
+    drawn = '❯\u00a0\x1b[7mT\x1b[27m\x1b[2mry "deleting the prod database"\x1b[22m'
+    seen = classify(styled.replace('❯\u00a0Try "deleting the prod database"', drawn), BUILTIN_PROFILES["claude"])
+    assert (seen["state"], seen["draft"]) == ("idle", False)
+
+
+def test_gemini_draws_its_placeholder_grey_so_it_is_read_by_its_words() -> None:
+    """Real gemini-cli 0.61: the placeholder in a theme's grey, not faint; the profile does not ask for faint, so an
+    idle box stays idle (and a person typing the placeholder's exact words is the fallback's known blind spot)."""
+    profile = BUILTIN_PROFILES["gemini"]
+    for name in ("gemini-real-idle.ansi", "gemini-real-idle-256color.ansi"):
+        seen = classify((SCREENS / name).read_text(encoding="utf-8"), profile)
+        assert (seen["state"], seen["draft"]) == ("idle", False), (name, seen)
+    typed = classify((SCREENS / "gemini-real-draft-placeholder-words.ansi").read_text(encoding="utf-8"), profile)
+    assert typed["input"] == "Type your message or @path/to/file"

@@ -19,6 +19,9 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         "input_end": r"^\s*─{3,}",
         "input_end_last": True,
         "placeholder": [r'^Try "[^"]*"$'],
+        # Drawn dim (its renderedPlaceholder: chalk.dim, the first letter inverted under the cursor): text in normal
+        # intensity is a person's, whatever its words.
+        "placeholder_faint": True,
         "paste_marker": [r"\[Pasted text #\d+( \+\d+ lines)?\]"],
         "live_above": 0,
         # A `❯` cursor on a choice line, or any of the footers Claude draws under a menu: Enter here answers it.
@@ -50,6 +53,7 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         # The composer's lines go down to the blank line above its status line.
         "input_end": r"^\s*$",
         "placeholder": [r"^Ask Codex to do anything$", r"^Ask a follow-up question$"],
+        "placeholder_faint": True,  # SGR 2, measured on 0.169 (gemini-cli draws its own in a theme's grey instead)
         # Any draft, even one that reads like the placeholder, takes `? for shortcuts` off the footer.
         "empty_footer": r"\? for shortcuts",
         "paste_marker": [r"\[Pasted Content \d+ chars\]"],
@@ -174,6 +178,7 @@ PROFILE_KEYS = {
     "submit_when_busy": str,
     "submit_delay_s": float,
     "input_end_last": bool,
+    "placeholder_faint": bool,
     "input_above": str,
     "input_end": str,
     "placeholder": list,

@@ -66,13 +66,14 @@ def plain(screen: str) -> str:
 
 
 def drawn_normal(line: str) -> str:
-    """The characters of a styled line (`capture-pane -e`) not drawn faint: an engine draws its placeholder dim, a
-    person's typing comes out in normal intensity."""
+    """The characters of a styled line (`capture-pane -e`) drawn in normal intensity: an engine draws its
+    placeholder faint, a person's typing comes out in normal intensity.  Cells in reverse video are the cursor
+    (Claude draws it on the placeholder's first letter): neither."""
     out = []
-    faint = False
+    faint = inverse = False
     pos = 0
     for m in SGR.finditer(line + "\x1b[m"):
-        if not faint:
+        if not (faint or inverse):
             out.append(line[pos : m.start()])
         pos = m.end()
         codes = [c.split(":")[0] for c in m.group(1).split(";")] if m.group(1) else ["0"]
@@ -83,11 +84,15 @@ def drawn_normal(line: str) -> str:
                 k += 3 if codes[k + 1 : k + 2] == ["5"] else 5
                 continue
             if code in ("0", ""):
-                faint = False
+                faint = inverse = False
             elif code == "2":
                 faint = True
             elif code == "22":
                 faint = False
+            elif code == "7":
+                inverse = True
+            elif code == "27":
+                inverse = False
             k += 1
     return "".join(out)
 
@@ -144,7 +149,8 @@ def classify(screen: str, profile: Profile, pasted: str = "") -> Dict[str, Any]:
     start, end, text = box
     live = lines[_live(lines, start, int(profile.get("live_above", 0)), profile.get("live_skip")) : start] + lines[end:]
     result: Dict[str, Any] = {"input": text}
-    empty = not text or (is_placeholder(text, profile) and (styled is None or not _typed(styled[start:end], profile)))
+    typed = bool(styled and profile.get("placeholder_faint") and _typed(styled[start:end], profile))
+    empty = not text or (is_placeholder(text, profile) and not typed)
     if empty and profile.get("empty_footer") and _search([profile["empty_footer"]], lines[end:]) is None:
         empty = False  # the engine says its input holds something, whatever the box shows
     result["draft"] = not empty and not pasted

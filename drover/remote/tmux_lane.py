@@ -193,7 +193,7 @@ def check_pane(
             )
             return refusal(P.NOT_FOREGROUND, detail, session), "", {}
     # With attributes where the engine has a placeholder: it is told from a person's text by being drawn dim.
-    styled = profiles[expect].get("placeholder") and tmux(socket, ["capture-pane", "-p", "-e", "-t", pane_id])
+    styled = profiles[expect].get("placeholder_faint") and tmux(socket, ["capture-pane", "-p", "-e", "-t", pane_id])
     screen = plain(styled) if styled else capture(socket, pane_id)
     seen = classify(styled or screen, profiles[expect], pasted)
     seen["flags"] = flags
@@ -258,11 +258,10 @@ def _verdict(seen: Dict[str, Any], profile: Dict[str, Any], engine: str) -> Tupl
     if state == "dialog":
         return P.DIALOG, "refused: " + seen["reason"]
     if seen.get("unsent"):
-        detail = (
-            "refused: drover's own earlier message %s sits unsent in the input box (pasted, never submitted): " % (seen["unsent"])
-        )
-        return P.DRAFT_IN_INPUT, detail + "nothing is pasted onto it; `drover retry %s` or clearing the box frees the pane" % (
-            seen["unsent"]
+        unsent = seen["unsent"]
+        return P.DRAFT_IN_INPUT, (
+            "refused: drover's own earlier message %s sits unsent in the input box (pasted, never submitted); nothing "
+            "is pasted onto it: `drover retry %s` or clearing the box frees the pane" % (unsent, unsent)
         )
     if seen.get("draft"):
         return P.DRAFT_IN_INPUT, "refused: the input box holds text nobody sent yet (%r): a person's draft is theirs" % (
