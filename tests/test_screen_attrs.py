@@ -54,7 +54,8 @@ def test_codexs_placeholder_is_drawn_dim_and_a_person_typing_its_words_is_not() 
 
 def test_busy_codex_with_queued_messages_between_its_working_line_and_the_composer_is_busy() -> None:
     """Real Codex 0.169, a turn running and two messages queued with Tab: the working line sits five lines above
-    the composer, under the queue's own lines -- busy, so the submit key is Codex's Tab, not Enter."""
+    the composer, over the queue's own lines -- busy, so the submit key is Codex's Tab, not Enter.  (Queued texts
+    that wrap over several lines: tests/test_codex_lane.py, live.)"""
     profile = BUILTIN_PROFILES["codex"]
     for name in ("codex-real-busy-queued.txt", "codex-real-busy-queued.ansi"):
         seen = classify((SCREENS / name).read_text(encoding="utf-8"), profile)

@@ -59,8 +59,9 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         "paste_marker": [r"\[Pasted Content \d+ chars\]"],
         "live_above": 2,
         # Messages queued with Tab are listed between the working line and the composer (measured on 0.169):
-        # `• Queued follow-up inputs`, a `↳ ` line each, and an edit hint -- the working line sits above them all.
-        "live_skip": [r"^• Queued follow-up inputs\s*$", r"^\s+↳ ", r"^\s+shift\+← edit"],
+        # `• Queued follow-up inputs`, a `↳ ` line each (wrapped, indented), and an edit hint last -- the working
+        # line sits above them all.
+        "live_skip_block": [r"^• Queued follow-up inputs\s*$", r"^\s+shift\+← edit last queued message"],
         # Enter while a turn runs makes Codex drop its in-flight request and answer both; Tab queues the message
         # as its own turn after this one (measured on 0.169).
         "submit_when_busy": "Tab",
@@ -170,7 +171,7 @@ PATTERN_KEYS = (
     "input_above",
     "input_end",
     "empty_footer",
-    "live_skip",
+    "live_skip_block",
 )
 PROFILE_KEYS = {
     "input": str,
@@ -184,7 +185,7 @@ PROFILE_KEYS = {
     "placeholder": list,
     "paste_marker": list,
     "live_above": int,
-    "live_skip": list,
+    "live_skip_block": list,
     "commands": list,
     "scripts": list,
     "dialog": list,

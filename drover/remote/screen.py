@@ -97,15 +97,26 @@ def drawn_normal(line: str) -> str:
     return "".join(out)
 
 
-def _live(lines: List[str], start: int, above: int, skip: Optional[List[str]] = None) -> int:
-    """The first line of the live region: `above` non-empty lines above the input box, not counting the lines the
-    engine draws between its status and the box (`live_skip`: Codex's list of queued messages)."""
+def _live_above(lines: List[str], start: int, profile: Profile) -> List[str]:
+    """The live region's lines above the input box: `live_above` non-empty lines, not counting a block the engine
+    draws between its status line and the box (`live_skip_block`: the block's first and last line, as Codex lists
+    the messages queued behind its turn -- its lines are the queued texts, not the engine's state, and are left out).
+    """
+    above = int(profile.get("live_above", 0))
+    block = profile.get("live_skip_block") or []
+    live = []  # type: List[str]
     i = start
     while above > 0 and i > 0:
         i -= 1
-        if lines[i].strip() and not (skip and _search(skip, [lines[i]])):
+        if len(block) == 2 and re.search(block[1], lines[i]):
+            head = [j for j in range(i - 1, -1, -1) if re.search(block[0], lines[j])][:1]
+            if head:
+                i = head[0]
+                continue
+        if lines[i].strip():
             above -= 1
-    return i
+        live.insert(0, lines[i])
+    return live
 
 
 # drover's own envelope, as an input box shows it with the whitespace squeezed out: an earlier send of drover's
@@ -147,7 +158,7 @@ def classify(screen: str, profile: Profile, pasted: str = "") -> Dict[str, Any]:
     if box is None:
         return _classify_flat(lines, profile)
     start, end, text = box
-    live = lines[_live(lines, start, int(profile.get("live_above", 0)), profile.get("live_skip")) : start] + lines[end:]
+    live = _live_above(lines, start, profile) + lines[end:]
     result: Dict[str, Any] = {"input": text}
     typed = bool(styled and profile.get("placeholder_faint") and _typed(styled[start:end], profile))
     empty = not text or (is_placeholder(text, profile) and not typed)
