@@ -10,6 +10,7 @@ import pwd
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,50 @@ def test_tcsh_at_its_default_prompt_gets_a_line_and_its_vi_bindings_refuse(tmux:
     doc = send(fresh.address, f"echo rc > {second}")
     assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
     assert ".tcshrc" in doc.data["detail"]
+
+
+FAKE_KSH = """import sys, termios, tty
+tty.setcbreak(0)  # a line editor of its own: the terminal out of canonical mode, keys read one by one
+sys.stdout.write("$ ")
+sys.stdout.flush()
+line = sys.stdin.readline()
+open(sys.argv[1], "w").write(line)
+"""
+
+
+def test_a_shell_whose_line_editor_drover_does_not_know_is_refused(tmux: Tmux, isolated: Path) -> None:
+    """A `ksh` drover cannot read (here a stand-in: a program named ksh reading keys out of canonical mode, as
+    ksh's and mksh's vi and emacs modes do): refused on doubt, nothing typed."""
+    bindir = isolated / "kbin"
+    bindir.mkdir()
+    (bindir / "ksh").symlink_to(Path(os.path.realpath(sys.executable)))  # the interpreter itself, named ksh
+    script = isolated / "ksh.py"
+    script.write_text(FAKE_KSH)
+    got = isolated / "ksh.txt"
+    pane = tmux.start("ksh", f"{bindir / 'ksh'} {script} {got}")
+    wait_for(lambda: pane.screen().rstrip().endswith("$"), what="the stand-in's prompt")
+    doc = send(pane.address, "echo hello")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
+    assert "ksh's line editor is not one drover knows" in doc.data["detail"]
+    stays(lambda: not got.exists() and pane.screen().rstrip().endswith("$"), what="nothing typed")
+
+
+def test_bash_under_the_name_sh_is_read_as_bash(tmux: Tmux, isolated: Path) -> None:
+    """sh is bash on some systems: its line editor is readline all the same, read and refused in vi command mode."""
+    bindir = isolated / "shbin"
+    bindir.mkdir()
+    (bindir / "sh").symlink_to(which("bash"))
+    pane = tmux.start("sh", f"env PS1='$ ' {bindir / 'sh'} --norc")
+    wait_for(lambda: pane.screen().rstrip().endswith("$"), what="sh's prompt")
+    marker = isolated / "sh.txt"
+    doc = send(pane.address, f"echo emacs > {marker}")
+    assert doc.data["outcome"] == "delivered", (doc.data["code"], doc.data["detail"])
+    wait_for(marker.exists, what="the line to run")
+    type_line(pane, "set -o vi", "$")
+    pane.tmux("send-keys", "-t", pane.id, "Escape")
+    wait_for(lambda: editor_says(pane, "sh") is not None, what="bash to take the Esc")
+    doc = send(pane.address, "kvetching")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
 
 
 def test_dash_runs_no_line_editor_and_gets_a_line(tmux: Tmux, isolated: Path) -> None:

@@ -176,6 +176,13 @@ def refusal(shell: str, pid: int, tty: str, screen: str) -> Optional[str]:
     if canonical(tty):
         return None  # no line editor: the terminal collects the line, every byte is text until Enter
     try:
+        # bash or zsh under another name (sh is bash on some systems): the program, not its name, has the editor.
+        exe = os.path.basename(os.readlink("/proc/%d/exe" % pid))
+    except OSError:
+        exe = shell
+    if exe in ("bash", "zsh"):
+        shell = exe
+    try:
         if shell == "bash":
             return _bash(pid)
         if shell == "zsh":
