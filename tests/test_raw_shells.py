@@ -268,3 +268,23 @@ def test_over_ssh_a_users_own_shell_at_its_default_prompt_gets_a_line(shell: str
         stays(lambda: not recalled.exists(), what="no command recalled and run")
     finally:
         tmux("kill-server")
+
+
+@pytest.mark.parametrize(
+    ("shell", "line", "bare"),
+    [
+        ("tcsh", ">", True),  # tcsh's built-in prompt (no startup files), a non-root user
+        ("tcsh", "vm:~>", True),  # Debian's /etc/csh.cshrc
+        ("tcsh", "vm:~> ls -la", False),  # a person's half-typed command
+        ("fish", "user@host ~>", True),
+        ("fish", "[I] user@host ~>", True),
+        ("fish", "root@vm /w/main (main)#", True),
+        ("fish", "user@host ~> git push", False),
+        ("bash", ">", False),  # bash's continuation prompt
+        ("zsh", "vm:~>", False),
+    ],
+)
+def test_prompt_lines_per_shell(shell: str, line: str, bare: bool) -> None:
+    from drover.remote.tmux_lane import prompt_line
+
+    assert prompt_line(shell, line) is bare
