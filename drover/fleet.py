@@ -103,12 +103,24 @@ class EngineProfile(_Strict):
     empty_footer: str | None = None
     paste_marker: list[str] | None = None
     live_above: int | None = Field(None, ge=0, le=50)
+    live_skip_block: list[str] | None = Field(None, description="[first line, last line] of a block left out")
+    placeholder_faint: bool | None = None
     submit_when_busy: Literal["Enter", "Tab"] | None = None
     submit_delay_s: float | None = Field(None, ge=0, le=10)
     input_end_last: bool | None = None
 
     @field_validator(
-        "scripts", "dialog", "busy", "idle", "placeholder", "paste_marker", "input", "input_above", "input_end", "empty_footer"
+        "scripts",
+        "dialog",
+        "busy",
+        "idle",
+        "placeholder",
+        "paste_marker",
+        "input",
+        "input_above",
+        "input_end",
+        "empty_footer",
+        "live_skip_block",
     )
     @classmethod
     def _regexes(cls, value: list[str] | str | None) -> list[str] | str | None:
@@ -117,6 +129,13 @@ class EngineProfile(_Strict):
                 re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+        return value
+
+    @field_validator("live_skip_block")
+    @classmethod
+    def _two_lines(cls, value: list[str] | None) -> list[str] | None:
+        if value and len(value) != 2:
+            raise ValueError("live_skip_block names two patterns: the block's first line and its last line")
         return value
 
     def overrides(self) -> dict[str, Any]:

@@ -147,7 +147,8 @@ def test_guard_refuses_the_real_trust_dialog_and_a_real_permission_dialog(claude
     fleet = isolated / "fleet.toml"
     fleet.write_text("[hosts.local]\nowner_relay = true\n")
     payload = {"id": asker.name, "text": "yes", "via": "tmux", "as_owner": True}
-    owner = drover.run("sessions.message", payload, actor=ACTOR, fleet_path=str(fleet))
+    with drover.Client(fleet=fleet, actor=ACTOR) as client:
+        owner = client.run("sessions.message", payload)
     assert (owner.data["outcome"], owner.data["code"]) == ("refused", "waiting"), owner.data
     assert "waiting for permission prompt" in owner.data["detail"]
     # and the screen alone would have refused it too: the real dialog matches the claude profile
@@ -231,7 +232,8 @@ def test_via_tmux_is_refused_and_only_the_owners_own_words_are_typed(claude_lab:
     fleet = isolated / "fleet.toml"
     fleet.write_text("[hosts.local]\nowner_relay = true\n")
     payload = {"id": s.name, "text": "typed for its owner", "via": "tmux", "as_owner": True}
-    owner = drover.run("sessions.message", payload, actor=ACTOR, fleet_path=str(fleet))
+    with drover.Client(fleet=fleet, actor=ACTOR) as client:
+        owner = client.run("sessions.message", payload)
     assert (owner.data["outcome"], owner.data["lane"], owner.data["verified"]) == ("delivered", "tmux", True), owner.data
     assert "altered" not in owner.data, owner.data["verification"]  # Claude's own <pasted_content> wrapper
     typed = [r for r in s.transcript() if r.get("type") == "user" and "typed for its owner" in json.dumps(r.get("message"))]

@@ -28,6 +28,7 @@ CAPTURES = {
     # Real Codex 0.169 (tests/codexlab.py) and gemini-cli 0.61 (tests/geminilab.py), offline.
     "codex-real-approval-dialog.txt": ("codex", "dialog"),
     "codex-real-busy.txt": ("codex", "busy"),
+    "codex-real-busy-queued.txt": ("codex", "busy"),  # two queued messages between the working line and the box
     "codex-real-idle.txt": ("codex", "idle"),
     "codex-real-idle-history-numbered-prompt.txt": ("codex", "idle"),  # `› 1. fix the flaky test` is history
     "codex-real-starting.txt": ("codex", "idle"),

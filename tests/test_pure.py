@@ -77,6 +77,7 @@ PINNED_CODES = {
         "expired",
         "generating",
         "input_off",
+        "keys_not_text",
         "multiline_unbracketed",
         "native_lane",
         "not_an_agent",

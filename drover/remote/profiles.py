@@ -19,6 +19,9 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         "input_end": r"^\s*─{3,}",
         "input_end_last": True,
         "placeholder": [r'^Try "[^"]*"$'],
+        # Drawn dim (its renderedPlaceholder: chalk.dim, the first letter inverted under the cursor): text in normal
+        # intensity is a person's, whatever its words.
+        "placeholder_faint": True,
         "paste_marker": [r"\[Pasted text #\d+( \+\d+ lines)?\]"],
         "live_above": 0,
         # A `❯` cursor on a choice line, or any of the footers Claude draws under a menu: Enter here answers it.
@@ -50,10 +53,15 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         # The composer's lines go down to the blank line above its status line.
         "input_end": r"^\s*$",
         "placeholder": [r"^Ask Codex to do anything$", r"^Ask a follow-up question$"],
+        "placeholder_faint": True,  # SGR 2, measured on 0.169 (gemini-cli draws its own in a theme's grey instead)
         # Any draft, even one that reads like the placeholder, takes `? for shortcuts` off the footer.
         "empty_footer": r"\? for shortcuts",
         "paste_marker": [r"\[Pasted Content \d+ chars\]"],
         "live_above": 2,
+        # Messages queued with Tab are listed between the working line and the composer (measured on 0.169):
+        # `• Queued follow-up inputs`, a `↳ ` line each (wrapped, indented), and an edit hint last -- the working
+        # line sits above them all.
+        "live_skip_block": [r"^• Queued follow-up inputs\s*$", r"^\s+shift\+← edit last queued message"],
         # Enter while a turn runs makes Codex drop its in-flight request and answer both; Tab queues the message
         # as its own turn after this one (measured on 0.169).
         "submit_when_busy": "Tab",
@@ -163,6 +171,7 @@ PATTERN_KEYS = (
     "input_above",
     "input_end",
     "empty_footer",
+    "live_skip_block",
 )
 PROFILE_KEYS = {
     "input": str,
@@ -170,11 +179,13 @@ PROFILE_KEYS = {
     "submit_when_busy": str,
     "submit_delay_s": float,
     "input_end_last": bool,
+    "placeholder_faint": bool,
     "input_above": str,
     "input_end": str,
     "placeholder": list,
     "paste_marker": list,
     "live_above": int,
+    "live_skip_block": list,
     "commands": list,
     "scripts": list,
     "dialog": list,

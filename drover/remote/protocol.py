@@ -86,6 +86,7 @@ DRAFT_IN_INPUT = "draft_in_input"
 NOT_AN_AGENT = "not_an_agent"
 NOT_AT_PROMPT = "not_at_prompt"
 MULTILINE_UNBRACKETED = "multiline_unbracketed"
+KEYS_NOT_TEXT = "keys_not_text"  # --raw: the shell's line editor would read the text as commands (vi command mode)
 PASTE_NOT_SHOWN = "paste_not_shown"
 PANE_LOCKED = "pane_locked"
 WOULD_BE_HELD = "would_be_held"
@@ -210,6 +211,7 @@ CODES = {
     NOT_AN_AGENT: REFUSAL,
     NOT_AT_PROMPT: REFUSAL,
     MULTILINE_UNBRACKETED: REFUSAL,
+    KEYS_NOT_TEXT: REFUSAL,
     PASTE_NOT_SHOWN: REFUSAL,
     PANE_LOCKED: REFUSAL,
     WOULD_BE_HELD: REFUSAL,
