@@ -84,6 +84,7 @@ DIALOG_AFTER_PASTE = "dialog_after_paste"
 WAITING = "waiting"
 DRAFT_IN_INPUT = "draft_in_input"
 NOT_AN_AGENT = "not_an_agent"
+UNVERIFIED_ENGINE = "unverified_engine"  # a program named like an engine shows no evidence of being it
 NOT_AT_PROMPT = "not_at_prompt"
 MULTILINE_UNBRACKETED = "multiline_unbracketed"
 PASTE_NOT_SHOWN = "paste_not_shown"
@@ -206,6 +207,7 @@ CODES = {
     WAITING: REFUSAL,
     DRAFT_IN_INPUT: REFUSAL,
     NOT_AN_AGENT: REFUSAL,
+    UNVERIFIED_ENGINE: REFUSAL,
     NOT_AT_PROMPT: REFUSAL,
     MULTILINE_UNBRACKETED: REFUSAL,
     PASTE_NOT_SHOWN: REFUSAL,
