@@ -96,13 +96,24 @@ def test_fleet_profile_override_changes_the_verdict(cli: Any, tmp_path: Path) ->
 
 
 def fake_engine(tmp: Path, engine: str) -> Path:
-    """bin/<engine>: the fake TUI under the engine's own command name, as npm installs it."""
+    """bin/<engine>: the fake TUI under the engine's own command name, vouched for as that engine by the test's fleet
+    (a name alone is no evidence: tests/test_identity.py)."""
+    vouch(tmp, engine)
     bindir = tmp / "bin"
     bindir.mkdir(exist_ok=True)
     exe = bindir / engine
     exe.write_text(f"#!{sys.executable}\n" + (ROOT / "tests" / "fake_tui.py").read_text(encoding="utf-8"), encoding="utf-8")
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return exe
+
+
+def vouch(tmp: Path, engine: str) -> None:
+    """The default fleet (isolated's XDG_CONFIG_HOME) names the engine's command: the user vouching for the program."""
+    fleet = tmp / "config" / "drover" / "fleet.toml"
+    fleet.parent.mkdir(parents=True, exist_ok=True)
+    text = fleet.read_text(encoding="utf-8") if fleet.exists() else ""
+    if f"[engines.{engine}]" not in text:
+        fleet.write_text(text + f'[engines.{engine}]\ncommands = ["{engine}"]\n', encoding="utf-8")
 
 
 def start_fake(tmux: Tmux, tmp: Path, capture: str) -> tuple[Any, Path]:

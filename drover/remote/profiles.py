@@ -47,7 +47,8 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
     },
     "codex": {
         "commands": ["codex"],
-        "scripts": [r"@openai/codex/"],
+        # The npm launcher (@openai/codex/bin/codex.js) and the native binary it runs (@openai/codex-linux-x64/...).
+        "scripts": [r"@openai/codex(-[a-z0-9-]+)?/"],
         # The composer: the last `›` line at column 0 (earlier ones are history; `› 1. Yes` is a choice).
         "input": r"^›(?:[ \u00a0](?!\d+\.\s)(.*))?$",
         # The composer's lines go down to the blank line above its status line.
@@ -158,7 +159,13 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
     },
 }
 
+# A process that bears an engine's name but shows no evidence of being it (procs._engine_of): read like a shell
+# for `drover ls`, and never typed into (delivery refuses it, whatever the caller asks).
+BUILTIN_PROFILES["unknown"] = dict(BUILTIN_PROFILES["shell"], default_state="unknown")
+
 ENGINE_ORDER = ["claude", "codex", "gemini", "demo"]
+# Not engines a process can be detected as, but what is left when none is: never in engine_order.
+NOT_DETECTED = ("shell", "unknown")
 # Keys whose values are regular expressions (one, or a list): checked when profiles are merged.
 PATTERN_KEYS = (
     "dialog",
@@ -207,6 +214,9 @@ def merge_profiles(overrides: Optional[Dict[str, Dict[str, Any]]]) -> Dict[str, 
             if key not in PROFILE_KEYS:
                 raise HelperError(BAD_PROFILE, "engine profile %r has an unknown key %r" % (name, key))
             base[key] = value
+        # The fleet naming an engine's commands is the user vouching for those programs: a process of that name is
+        # that engine with no further evidence (built-in profiles' names need it; see procs._engine_of).
+        base["vouched"] = bool(over.get("commands"))
         profiles[name] = base
     for name, prof in profiles.items():
         for key in PATTERN_KEYS:
@@ -222,5 +232,5 @@ def merge_profiles(overrides: Optional[Dict[str, Dict[str, Any]]]) -> Dict[str, 
 
 
 def engine_order(profiles: Dict[str, Dict[str, Any]]) -> List[str]:
-    extra = [n for n in profiles if n not in ENGINE_ORDER and n != "shell"]
+    extra = [n for n in profiles if n not in ENGINE_ORDER and n not in NOT_DETECTED]
     return [n for n in ENGINE_ORDER if n in profiles] + sorted(extra)
