@@ -56,9 +56,23 @@ class HostConfig(_Strict):
         default_factory=list,
         description="folders (and their subfolders) `drover spawn` pre-trusts in the engine's own settings file",
     )
+    banner_ok: list[str] = Field(
+        default_factory=list,
+        description="regexes: what the login shell prints before every command, accepted without a warning if one matches all",
+    )
     spawn_server: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="the tmux server (as tmux -L) spawned sessions start in"
     )
+
+    @field_validator("banner_ok")
+    @classmethod
+    def _banners(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+        return patterns
 
     @field_validator("trusted")
     @classmethod

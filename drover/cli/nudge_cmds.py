@@ -120,6 +120,8 @@ def show_run(data: dict[str, Any], doc: Document) -> None:
             if r.get("id"):
                 line += f"  {r['id']}"
             (render.out if r.get("sent") else render.err).print(line, markup=False)
+            for w in r.get("warnings") or []:
+                render.err.print(f"warning: {w.get('message', w) if isinstance(w, dict) else w}", markup=False)
     for w in data.get("warnings") or []:
         render.err.print(f"warning: {w.get('message', w) if isinstance(w, dict) else w}", markup=False)
     if data.get("locked"):
