@@ -326,9 +326,12 @@ class Fleet(_Strict):
         raise UnknownHost(f"unknown host {name!r}", hint=f"known hosts: {known}; add one with `drover fleet add`")
 
     def select(self, hosts: list[str] | None = None, tags: list[str] | None = None) -> list[str]:
-        """The hosts named (each once, in the order first named), or every host when none is given (None); only
-        those with one of `tags`.  An explicitly empty list selects nothing: `[]` is not "everyone"."""
-        names = self.host_names() if hosts is None else list(dict.fromkeys(hosts))
+        """The hosts named (each once, in the order first named; host expressions as drover/hostsets.py reads
+        them), or every host when none is given (None); only those with one of `tags`.  An explicitly empty list
+        selects nothing: `[]` is not "everyone"."""
+        from drover.hostsets import expand  # ranges and exclusions: node[01-40], h[1-3],!h2
+
+        names = self.host_names() if hosts is None else list(dict.fromkeys(expand(hosts, self.host_names())))
         for name in names:
             self.host(name)
         if tags is not None:
