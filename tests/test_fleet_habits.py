@@ -185,6 +185,15 @@ def test_log_filters_by_host_expression(sshfleet: SSHFleet, cli: Any) -> None:
     assert cli("log", "--host", "h[", "--json").code == 2
 
 
+def test_spawns_filter_by_host_expression(isolated: Path, cli: Any) -> None:
+    truth = TruthFile()
+    for n, host in enumerate(("h1", "h2", "h3")):
+        truth.append({"v": 1, "event": "spawn_requested", "id": f"sp_{n}", "ts": time.time(), "host": host, "engine": "claude"})
+    rows = cli("spawns", "--host", "h[1-3],!h2", "--json").json()["data"]["spawns"]
+    assert [r["host"] for r in rows] == ["h1", "h3"]
+    assert [r["host"] for r in cli("spawns", "-H", "h2", "--json").json()["data"]["spawns"]] == ["h2"]
+
+
 # -- completion ---------------------------------------------------------------------------------------------------
 def _complete(words: str, env: dict[str, str] | None = None) -> list[str]:
     cword = str(len(words.split()) - 1)

@@ -63,7 +63,15 @@ def show_spawn(data: dict[str, Any]) -> None:
 
 @app.command("spawns")
 def spawns(
-    host: Annotated[str | None, typer.Option("--host", "-H", help="only sessions spawned on this host")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(
+            "--host",
+            "-H",
+            help="only sessions spawned on these hosts: h1, h1,h3, node[01-40], 'h[1-3],!h2'",
+            autocompletion=complete_hosts,
+        ),
+    ] = None,
     parent: Annotated[
         str | None, typer.Option("--parent", help="only those dispatched by this actor, or for this message id")
     ] = None,
