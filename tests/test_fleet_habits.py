@@ -183,6 +183,11 @@ def test_log_filters_by_host_expression(sshfleet: SSHFleet, cli: Any) -> None:
     assert [m["host"] for m in cli("log", "--host", "retired", "--json").json()["data"]["messages"]] == ["retired"]
     assert [m["host"] for m in cli("log", "-H", "!h[1-3]", "--json").json()["data"]["messages"]] == ["retired"]
     assert cli("log", "--host", "h[", "--json").code == 2
+    empty = cli("op", "messages.list", '{"hosts": []}')
+    assert empty.code == 2 and "hosts is empty" in empty.err
+    # the op takes the same expressions as the command
+    doc = cli("op", "messages.list", json.dumps({"hosts": ["h[1-3]", "!h2"]})).json()
+    assert [m["host"] for m in doc["data"]["messages"]] == ["h1", "h3"]
 
 
 def test_spawns_filter_by_host_expression(isolated: Path, cli: Any) -> None:
