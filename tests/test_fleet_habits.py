@@ -252,3 +252,8 @@ def test_tags_ops_and_host_lists_complete(isolated: Path) -> None:
     assert _complete("drover ls --host gpu1,!g", env) == ["gpu1,!gpu1", "gpu1,!gpu2"]
     assert _complete("drover op sessions.l", env) == ["sessions.list"]
     assert _complete("drover log --host gp", env) == ["gpu1", "gpu2"]
+    # the fleet the command line names, before or after the command, is the one completed from
+    other = isolated / "other.toml"
+    other.write_text('[hosts.zz1]\nssh = "a"\ntags = ["t9"]\n')
+    assert _complete(f"drover --fleet {other} send z", env) == ["zz1:"]
+    assert _complete(f"drover ls --fleet {other} --tag t", env) == ["t9"]
