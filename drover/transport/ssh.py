@@ -28,7 +28,7 @@ import asyncssh
 from drover.errors import ConfigError, DroverError, TransportError, from_helper
 from drover.fleet import Defaults, HostConfig
 from drover.remote import protocol as P
-from drover.transport import bundle
+from drover.transport import banner, bundle
 from drover.transport.host_keys import HostKeyJudge, known_hosts_data
 
 T = TypeVar("T")
@@ -390,9 +390,9 @@ class SSHTransport:
         return self._data(answer, noise)
 
     def _data(self, answer: dict[str, Any], noise: bytes) -> Any:
-        """The helper's data from its answer, checked; a noisy login shell becomes a warning."""
-        if noise:
-            self.warnings.append(f"the login shell printed {len(noise)} bytes before the helper's answer: {noise[:120]!r}")
+        """The helper's data from its answer, checked; a noisy login shell becomes a warning (not a banner_ok one)."""
+        if noise and not banner.accepted(noise, self.cfg.banner_ok):
+            self.warnings.append(banner.warning(self.host, noise))
         if answer.get("helper") != P.PROTOCOL:
             raise TransportError(
                 f"the helper speaks protocol {answer.get('helper')!r}, drover needs {P.PROTOCOL}",
