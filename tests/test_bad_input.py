@@ -72,8 +72,8 @@ def test_unknown_session_lists_what_is_there(cli: Any, agent: Pane) -> None:
 
 
 def test_ambiguous_session_lists_candidates(cli: Any, tmux: Tmux) -> None:
-    a = tmux.agent("dup-one")
-    b = tmux.agent("dup-two")
+    a = tmux.agent("dup")
+    b = tmux.agent("dup", "other")  # the same name on a second tmux server
     res = cli("send", "dup", "hi", "--json")
     assert res.code == 6
     data = res.json()["data"]
@@ -81,7 +81,7 @@ def test_ambiguous_session_lists_candidates(cli: Any, tmux: Tmux) -> None:
     assert sorted(c["id"] for c in data["candidates"]) == sorted([a.id, b.id])
     human = cli("send", "dup", "hi")
     assert human.code == 6 and "matches" not in human.out
-    assert "prefix of 2 sessions" in human.err and "candidate:" in human.err
+    assert "matches 2 sessions" in human.err and "candidate:" in human.err
     untouched(a)
     untouched(b)
 
