@@ -23,6 +23,7 @@ from drover.ops.core import Context, Request, Result, op
 from drover.ops.sessions import call_host
 from drover.remote import protocol as P
 from drover.remote.faults import fault
+from drover.targets import check_engine
 from drover.truth import Message
 
 
@@ -141,6 +142,7 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
     if not req.text.strip():
         raise EmptyText("the message text is empty", hint="give the text as an argument, or - to read it from stdin")
     fleet = ctx.fleet
+    check_engine(fleet, req.expect_engine)  # a typo there would refuse every send as a mismatch: said, not recorded
     actor = ctx.who(req.actor)
     lim = fleet.limits
     options: dict[str, Any] = {"via": req.via, "expect_engine": req.expect_engine, "as_owner": req.as_owner, "raw": req.raw}

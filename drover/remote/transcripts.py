@@ -123,7 +123,7 @@ def transcript_for(session: Optional[Session], target: str) -> Tuple[str, str]:
         raise HelperError(
             P.NO_TRANSCRIPT, "Codex thread %s has no rollout yet (Codex writes it at the first message)" % session["thread"]
         )
-    if re.match(r"^[A-Za-z0-9-]{6,}$", target):
+    if re.match(r"^[0-9a-f]{8}[0-9a-f-]*$", target):  # a rollout's id, or 8+ hex of it: never a name's substring
         pattern = os.path.join(codex_home(), "sessions", "**", "rollout-*%s*.jsonl" % glob.escape(target))
         hits = glob.glob(pattern, recursive=True)
         if len(hits) == 1:
