@@ -333,19 +333,21 @@ class Fleet(_Strict):
 
     def select(self, hosts: list[str] | None = None, tags: list[str] | None = None) -> list[str]:
         """The hosts named (each once, in the order first named), or every host when none is given (None); only
-        those with one of `tags`.  An explicitly empty list selects nothing: `[]` is not "everyone"."""
+        those with one of `tags`.  An explicitly empty list selects nothing: `[]` is not "everyone".  A tag no host
+        of the fleet has, or tags none of the named hosts has, is a TargetError (no_match): never an empty answer."""
         names = self.host_names() if hosts is None else list(dict.fromkeys(hosts))
         for name in names:
             self.host(name)
         if tags is not None:
             _known_tags(self, tags)
-            names = [n for n in names if set(tags) & set(self.host(n).tags)]
-            if tags and not names:  # a selector that matched nothing is said, never an empty answer
+            chosen = [n for n in names if set(tags) & set(self.host(n).tags)]
+            if tags and names and not chosen:  # a selector that matched nothing is said, never an empty answer
                 raise TargetError(
-                    f"no host among {', '.join(hosts or self.host_names())} has the tag(s) {', '.join(tags)}: nobody was asked",
+                    f"no host among {', '.join(names)} has the tag(s) {', '.join(tags)}: nobody was asked",
                     code=P.NO_MATCH,
                     hint="`drover fleet show` lists the hosts and their tags",
                 )
+            names = chosen
         return names
 
     def profile_overrides(self) -> dict[str, dict[str, Any]]:

@@ -143,3 +143,16 @@ def test_ls_says_which_hosts_failed_and_why_beside_what_it_found(cli: Any, isola
     assert dark["ok"] is False and dark["code"] and dark["error"]
     human = cli("--fleet", str(path), "ls")
     assert "found" in human.out and "1 of 2 host(s) failed" in human.out and "dark (" in human.out
+
+
+def test_select_says_a_tag_that_matched_nothing_and_keeps_an_empty_list_empty(fleet: Path) -> None:
+    from drover import fleet as fleet_mod
+    from drover.errors import TargetError
+
+    f = fleet_mod.parse(fleet.read_text(encoding="utf-8"), fleet)
+    assert f.select(None, ["gpu"]) == ["box-a"] and f.select(None, ["gpu", "web"]) == ["box-a", "hb"]
+    assert f.select([], ["gpu"]) == []  # an explicitly empty host list selects nothing, as before
+    with pytest.raises(TargetError, match="no host among local, hb has the tag"):
+        f.select(["local", "hb"], ["gpu"])
+    with pytest.raises(TargetError, match="unknown tag"):
+        f.select(None, ["GPU"])  # tags match exactly too
