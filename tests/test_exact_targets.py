@@ -156,3 +156,24 @@ def test_select_says_a_tag_that_matched_nothing_and_keeps_an_empty_list_empty(fl
         f.select(["local", "hb"], ["gpu"])
     with pytest.raises(TargetError, match="unknown tag"):
         f.select(None, ["GPU"])  # tags match exactly too
+
+
+def test_read_takes_a_rollout_by_its_id_never_by_a_piece_of_its_file_name(
+    cli: Any, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`drover read NAME` globbed `rollout-*NAME*`: a name's substring of a date or of another id read that file."""
+    home = isolated / "codex"
+    day = home / "sessions" / "2026" / "01" / "02"
+    day.mkdir(parents=True)
+    tid = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+    line = '{"timestamp":"2026-01-02T03:04:05Z","type":"response_item","payload":{"type":"message","role":"user",'
+    line += '"content":[{"type":"input_text","text":"the secret plan"}]}}\n'
+    (day / f"rollout-2026-01-02T03-04-05-{tid}.jsonl").write_text(line, encoding="utf-8")
+    monkeypatch.setenv("CODEX_HOME", str(home))
+    for typed in (tid, tid[:8]):  # its id, or 8+ hex digits from its start
+        res = cli("read", f"local:{typed}")
+        assert res.code == 0 and "the secret plan" in res.out, (typed, res.err)
+    for typed in ("02T03-04", "2026-01-02", "0c1d2e3f", "worker"):  # pieces of its name, or of the middle of its id
+        res = cli("read", f"local:{typed}")
+        assert res.code == 6 and "the secret plan" not in res.out, (typed, res.out)
+        assert f"no session '{typed}'" in one_line(res.err)
