@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Pane, Tmux, stays
+from tests.conftest import Pane, Tmux, remote_agent, stays
 
 
 def one_line(err: str) -> str:
@@ -177,3 +177,16 @@ def test_read_takes_a_rollout_by_its_id_never_by_a_piece_of_its_file_name(
         res = cli("read", f"local:{typed}")
         assert res.code == 6 and "the secret plan" not in res.out, (typed, res.out)
         assert f"no session '{typed}'" in one_line(res.err)
+
+
+def test_on_a_remote_host_a_typo_and_a_prefix_reach_nobody(sshfleet: Any, isolated: Path, cli: Any) -> None:
+    """The issue as reported, over real ssh: `send hb:worker` went to worker-1, `hbb:worker-1` was a local name."""
+    worker = remote_agent(sshfleet, "h1", "worker-1", isolated)
+    res = cli("send", "h1:worker", "to whom?", "--json")
+    assert res.code == 6, res.out
+    data = res.json()["data"]
+    assert (data["host"], data["code"]) == ("h1", "session_not_found") and "did you mean 'worker-1'" in data["detail"]
+    res = cli("send", "hh1:worker-1", "to whom?")
+    assert res.code == 6 and "unknown host 'hh1'" in one_line(res.err) and "h1, h2, h3" in res.err
+    stays(lambda: worker.messages() == [] and worker.events("key") == [], what="nothing delivered on h1")
+    assert cli("send", "h1:worker-1", "by its name").code == 0
