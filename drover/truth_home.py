@@ -171,6 +171,14 @@ class SafeHome:
             raise
         return fd
 
+    def open_lock(self, name: str) -> int:
+        """The lock file `name` under the home's locks/, opened (created) and checked: its fd, for flock."""
+        lfd = self._locks()
+        try:
+            return self._slot(lfd, name)
+        finally:
+            os.close(lfd)
+
     def check_locks(self) -> None:
         """Before a message is accepted: the lock folder and every lock in it are drover's own, so that holding
         the message's lock after its accepted event cannot fail on something planted there (and leave it
@@ -200,11 +208,7 @@ class SafeHome:
         send it finishes, or another retry.  256 lock files, one per slot of the id's hash: two messages that share
         a slot only make a retry wait for the other's send to end."""
         slot = int(hashlib.sha256(msg_id.encode()).hexdigest()[:4], 16) % 256
-        lfd = self._locks()
-        try:
-            fd = self._slot(lfd, f"slot-{slot:03d}.lock")
-        finally:
-            os.close(lfd)
+        fd = self.open_lock(f"slot-{slot:03d}.lock")
         try:
             try:
                 fcntl.flock(fd, (fcntl.LOCK_EX | fcntl.LOCK_NB) if exclusive else fcntl.LOCK_SH)

@@ -595,6 +595,10 @@ def test_a_locks_folder_that_is_a_symlink_or_someone_elses_is_refused(tmux: Tmux
     doc = drover.run("sessions.message", {"id": "folder", "text": "not through their folder"})
     assert doc.exit_code == 7 and doc.errors[0]["code"] == "truth_unsafe"
     assert "locks: it is a symlink" in doc.errors[0]["message"], doc.errors
+    fleet = isolated / "nudges.toml"  # `nudge run` takes its lock in the same folder: refused the same way
+    fleet.write_text('[[nudge]]\ntarget = "local:folder"\ntext = "hi"\nevery = "1h"\n', encoding="utf-8")
+    run = drover_process("--fleet", str(fleet), "nudge", "run")
+    assert run.code == 7 and "locks: it is a symlink" in run.err, run
     assert list(theirs.iterdir()) == [] and lines(home) == before
     (home / "locks").unlink()
     (home / "locks").mkdir(mode=0o700)
