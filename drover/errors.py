@@ -118,6 +118,10 @@ class EmptyText(UsageError):
     code = P.EMPTY_TEXT
 
 
+class UnknownEngine(UsageError):
+    code = P.UNKNOWN_ENGINE
+
+
 class ConfigError(DroverError):
     code = P.CONFIG_ERROR
     exit_code = ExitCode.CONFIG

@@ -16,8 +16,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from drover.errors import ConfigError, FleetInvalid, UnknownHost, UsageError
+from drover.errors import ConfigError, FleetInvalid, TargetError, UnknownHost, UsageError
+from drover.fleet_lines import deep_line, problems, strange_values
 from drover.fleet_schedule import MAX_DURATION_S, duration_s, quiet_minutes
+from drover.remote import protocol as P
 
 LOCAL = "local"
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")  # \Z: `$` would let a final newline through
@@ -323,6 +325,24 @@ class Fleet(_Strict):
                 )
         return entries
 
+    @field_validator("nudge")
+    @classmethod
+    def _nudge_hosts(cls, entries: list[NudgeEntry], info: ValidationInfo) -> list[NudgeEntry]:
+        """A target's head that could be a host must be one of the fleet's (drover/targets.py reads it so): a typo
+        is said when the file is read, not on each run as a send to nobody."""
+        hosts = info.data.get("hosts")
+        if hosts is None:
+            return entries  # [hosts] itself is invalid: that is the error to fix first
+        known = [*([] if LOCAL in hosts else [LOCAL]), *hosts]
+        for number, entry in enumerate(entries, 1):
+            head, sep, _rest = entry.target.partition(":")
+            if sep and HOST_NAME.match(head) and head not in known:
+                raise ValueError(
+                    f"[[nudge]] entry {number} ({entry.key!r}): unknown host {head!r} in target {entry.target!r} (known "
+                    f"hosts: {', '.join(known)}; a local pane whose name holds ':' is written local:{entry.target})"
+                )
+        return entries
+
     @field_validator("hosts")
     @classmethod
     def _host_names(cls, hosts: dict[str, HostConfig]) -> dict[str, HostConfig]:
@@ -348,18 +368,39 @@ class Fleet(_Strict):
     def select(self, hosts: list[str] | None = None, tags: list[str] | None = None) -> list[str]:
         """The hosts named (each once, in the order first named; host expressions as drover/hostsets.py reads
         them), or every host when none is given (None); only those with one of `tags`.  An explicitly empty list
-        selects nothing: `[]` is not "everyone"."""
+        selects nothing: `[]` is not "everyone".  A tag no host of the fleet has, or tags none of the named hosts
+        has, is a TargetError (no_match): never an empty answer."""
         from drover.hostsets import expand  # ranges and exclusions: node[01-40], h[1-3],!h2
 
         names = self.host_names() if hosts is None else list(dict.fromkeys(expand(hosts, self.host_names())))
         for name in names:
             self.host(name)
         if tags is not None:
-            names = [n for n in names if set(tags) & set(self.host(n).tags)]
+            _known_tags(self, tags)
+            chosen = [n for n in names if set(tags) & set(self.host(n).tags)]
+            if tags and names and not chosen:  # a selector that matched nothing is said, never an empty answer
+                raise TargetError(
+                    f"no host among {', '.join(names)} has the tag(s) {', '.join(tags)}: nobody was asked",
+                    code=P.NO_MATCH,
+                    hint="`drover fleet show` lists the hosts and their tags",
+                )
+            names = chosen
         return names
 
     def profile_overrides(self) -> dict[str, dict[str, Any]]:
         return {name: prof.overrides() for name, prof in self.engines.items()}
+
+
+def _known_tags(fleet: Fleet, tags: list[str]) -> None:
+    """A tag no host of the fleet has is a typo, not a selector: an error naming the tags there are (exit 6)."""
+    known = sorted({t for h in fleet.hosts.values() for t in h.tags})
+    unknown = [t for t in tags if t not in known]
+    if unknown:
+        raise TargetError(
+            f"unknown tag(s) {', '.join(map(repr, unknown))}: no host of the fleet has it",
+            code=P.NO_MATCH,
+            hint=f"the fleet's tags: {', '.join(known) or 'none'}; `drover fleet show` lists the hosts and their tags",
+        )
 
 
 def default_path() -> Path:
@@ -381,69 +422,20 @@ def find_path(explicit: str | os.PathLike[str] | None = None) -> tuple[Path, boo
     return default_path(), False
 
 
-def _table_path(header: str) -> list[str]:
-    parts = re.findall(r'"([^"]*)"|\'([^\']*)\'|([^.\s]+)', header)
-    return [a or b or c for a, b, c in parts]
-
-
-def locate(text: str, loc: tuple[Any, ...]) -> int | None:
-    """The line number in the TOML text of the key at pydantic location `loc` (best effort)."""
-    keys = [str(k) for k in loc]
-    table: list[str] = []
-    best: int | None = None
-    arrays: dict[tuple[str, ...], int] = {}  # [[name]] tables seen so far: the next one's index in the list
-    for number, line in enumerate(text.splitlines(), 1):
-        array = re.match(r"^\s*\[\[\s*([^\[\]]+?)\s*\]\]\s*(#.*)?$", line)
-        if array:
-            name = tuple(_table_path(array.group(1)))
-            table = [*name, str(arrays.get(name, 0))]  # pydantic's location of the list's item: name, index
-            arrays[name] = arrays.get(name, 0) + 1
-            if table == keys:
-                return number
-            if keys[: len(table)] == table or (best is None and table[: len(keys)] == keys):
-                best = number  # the entry a missing key belongs in, or the first entry for the list itself
-            continue
-        header = re.match(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$", line)
-        if header:
-            table = _table_path(header.group(1))
-            if table == keys:
-                return number
-            if keys[: len(table)] == table and (best is None or len(table) > 0):
-                best = number
-            continue
-        assign = re.match(r"^\s*(\"[^\"]+\"|'[^']+'|[A-Za-z0-9_.-]+)\s*=", line)
-        if assign:
-            key_path = table + _table_path(assign.group(1))
-            if keys[: len(key_path)] == key_path:
-                return number
-    return best
-
-
-def _problems(path: Path, text: str, exc: ValidationError) -> list[str]:
-    out = []
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        where = ".".join(str(part) for part in loc) or "(top level)"
-        line = locate(text, loc)
-        prefix = f"{path.name}:{line}" if line else path.name
-        msg = err["msg"].removeprefix("Value error, ")  # our own validators' words, without pydantic's label
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key (`drover fleet init --print` lists every key drover knows)"
-        elif "input" in err and not isinstance(err["input"], dict | list):
-            msg = f"{msg} (got {err['input']!r})"
-        out.append(f"{prefix}: {where}: {msg}")
-    return out
-
-
 def parse(text: str, path: Path) -> Fleet:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise FleetInvalid(str(path), [f"{path.name}: not valid TOML: {exc}"]) from None
+    except RecursionError:  # arrays or tables nested past what the parser can descend
+        raise FleetInvalid(str(path), [deep_line(text, path)]) from None
+    hostile = strange_values(data, text, path)  # before validation, which would carry them into an error or a path
+    if hostile:
+        raise FleetInvalid(str(path), hostile)
     try:
         return Fleet.model_validate(data)
     except ValidationError as exc:
-        raise FleetInvalid(str(path), _problems(path, text, exc)) from None
+        raise FleetInvalid(str(path), problems(path, text, exc)) from None
 
 
 _KINDS = (

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from drover.errors import ConfigError, DroverError, FleetInvalid, UnknownHost, UsageError
 from drover.fleet import Fleet, _not_regular, find_path, parse, read_text
+from drover.fleet_lines import deep_line
 
 
 class InvalidEdit(FleetInvalid):
@@ -39,6 +40,8 @@ def _toml(text: str, path: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise FleetInvalid(str(path), [f"{path.name}: not valid TOML: {exc}"]) from None
+    except RecursionError:  # nested past the parser's reach: said with its line, as `load` says it
+        raise FleetInvalid(str(path), [deep_line(text, path)]) from None
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:

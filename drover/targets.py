@@ -1,17 +1,19 @@
 """HOST:ID, the way every command names a session, parsed in one place.
 
-The part before the first ':' is a host only when the fleet knows it, so `work:1.0` (a tmux
-session:window.pane) is the local pane `work:1.0`, and `box-a:webapp-f8` is `webapp-f8` on box-a when the
-fleet has a box-a.  Without a known host the whole value is an ID on `local`.  An empty target, or a host
-with nothing after its ':', is a usage error (exit 2): there is no session to name.
+The part before the first ':' is the host whenever it could be one (a host name's characters): targets never
+guess, so `hbb:worker-1` with no host `hbb` is an unknown host (exit 6, naming the fleet's hosts), never the
+local pane `hbb:worker-1`.  A local pane whose name holds a ':' (a tmux session:window.pane) is written with its
+host: `local:work:1.0`.  A value with no ':' (or whose head cannot be a host name, `main/work:1.0`) is an ID on
+`local`.  An empty target, or a host with nothing after its ':', is a usage error (exit 2): there is no session
+to name.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from drover.errors import UsageError
-from drover.fleet import LOCAL, Fleet
+from drover.errors import UnknownEngine, UnknownHost, UsageError
+from drover.fleet import HOST_NAME, LOCAL, Fleet
 from drover.remote import protocol as P
 
 HINT = "name a session as HOST:ID, e.g. local:%3 or box-a:webapp-f8; `drover ls` lists them"
@@ -40,4 +42,23 @@ def parse(value: str, fleet: Fleet) -> Target:
         if not rest.strip():
             raise EmptyTarget(f"the target {value!r} names host {head!r} but no session on it", hint=HINT)
         return Target(head, rest, True)
+    if sep and HOST_NAME.match(head):
+        hosts = ", ".join(fleet.host_names())
+        raise UnknownHost(
+            f"unknown host {head!r}",
+            hint=f"known hosts: {hosts}; a local pane whose name holds ':' is written local:{value}",
+        )
     return Target(LOCAL, value, False)
+
+
+def check_engine(fleet: Fleet, engine: str | None) -> None:
+    """An engine to filter or check by must be one drover knows (built in, or an [engines.NAME] or [spawn.NAME] of
+    the fleet): `--engine claud` would match nothing and say so only as an empty answer.  A usage error (exit 2),
+    as `drover spawn` and `drover guard check` say an unknown engine."""
+    if engine is None:
+        return
+    from drover.remote.profiles import BUILTIN_PROFILES
+
+    known = sorted({*BUILTIN_PROFILES, *fleet.engines, *fleet.spawn})
+    if engine not in known:
+        raise UnknownEngine(f"unknown engine {engine!r}", hint=f"known engines: {', '.join(known)}")

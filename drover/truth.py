@@ -16,7 +16,9 @@ What it survives:
   means nothing is sent; after one, `outcome` keeps the known outcome and returns (and logs) a warning.
 - neighbours: the home directory must be yours and not writable by group or others (a symlink to it is followed
   only if you own the symlink); the file is opened relative to it with O_NOFOLLOW, and must be a regular file
-  that you own and that group and others cannot write.  Anything else is `TruthUnsafe`, for readers and writers.
+  that you own, that group and others cannot write, and that has no other hard link; the `locks` folder beside
+  it and its lock files are held to the same rules (drover/truth_home.py).  Anything else is `TruthUnsafe`, for
+  readers and writers.
 
 How it scales: readers go backwards from the end in chunks and stop as soon as they have their answer (the newest
 N messages, the messages since a time, one id), so their cost follows what they return, not the file's size.  An
@@ -27,7 +29,6 @@ ORDER_SLACK_S seconds further back to absorb that.  There is no index and no rot
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import hashlib
 import json
@@ -41,7 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from drover.errors import TruthDiskFull, TruthFileError, TruthUnsafe, TruthUnwritable
+from drover.errors import TruthFileError
 from drover.record import (  # noqa: F401 - Message and well_formed are part of this module's interface
     VERSION,
     Message,
@@ -50,15 +51,13 @@ from drover.record import (  # noqa: F401 - Message and well_formed are part of 
     parse,
     well_formed,
 )
+from drover.truth_home import NAME, SafeHome
 from drover.truth_query import ORDER_SLACK_S, Queries
 
-NAME = "truth.jsonl"
 CHUNK = 1 << 16  # the first backward read; each next one doubles, up to MAX_CHUNK
 MAX_CHUNK = 1 << 20
 HEAD_CHARS = 1000  # what an oversize refusal keeps of the text (with its length and sha256)
 LOCK_WAIT_S = 2.0  # a reader waits this long for a writer to finish its line, then reads what is there
-
-DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 log = logging.getLogger("drover.truth")
 
@@ -80,97 +79,10 @@ def text_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class TruthFile(Queries):
+class TruthFile(SafeHome, Queries):
     def __init__(self, home: Path | None = None) -> None:
         self.home = home or default_home()
         self.path = self.home / NAME
-
-    # -- opening, safely ----------------------------------------------------------------------------------------
-    def _error(self, exc: OSError, doing: str, what: Path | None = None) -> TruthFileError:
-        what = what or self.path
-        name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
-        words = exc.strerror or str(exc)
-        details = {"path": str(what), "errno": name}
-        if exc.errno in DISK_FULL:
-            return TruthDiskFull(
-                f"cannot {doing} {what}: {words}",
-                hint=f"free some space where {self.home} lives, or point DROVER_HOME elsewhere",
-                details=details,
-            )
-        if exc.errno == errno.ELOOP:
-            return TruthUnsafe(
-                f"{what} is a symlink: drover does not follow links to its record",
-                hint="remove the link, or point DROVER_HOME at a directory of your own; what it points to was not touched",
-                details=details,
-            )
-        return TruthUnwritable(
-            f"cannot {doing} {what}: {words}",
-            hint="make it writable, or point DROVER_HOME at a writable directory of your own",
-            details=details,
-        )
-
-    def _unsafe(self, what: Path, why: str, hint: str) -> TruthUnsafe:
-        return TruthUnsafe(f"refusing {what}: {why}", hint=hint, details={"path": str(what)})
-
-    def _check(self, st: os.stat_result, what: Path, kind: str) -> None:
-        me = os.geteuid()
-        if st.st_uid != me:
-            raise self._unsafe(
-                what,
-                f"the {kind} belongs to uid {st.st_uid}, not to you (uid {me})",
-                f"someone else's {kind} could feed drover a false record; point DROVER_HOME at a directory of your own",
-            )
-        if st.st_mode & 0o022:
-            raise self._unsafe(
-                what,
-                f"the {kind} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})",
-                f"chmod {'700' if kind == 'directory' else '600'} {what}",
-            )
-
-    def _open_home(self, create: bool) -> int | None:
-        """An O_DIRECTORY fd on the home, checked (None: it does not exist and create is False)."""
-        home = self.home
-        if create:
-            try:
-                home.mkdir(parents=True, exist_ok=True, mode=0o700)
-            except FileExistsError:
-                pass  # a dangling link or a file: the checks below say which
-            except OSError as exc:
-                raise self._error(exc, "create the directory", home) from None
-        try:
-            lst = os.lstat(home)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise self._error(exc, "look at", home) from None
-        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-        if stat.S_ISLNK(lst.st_mode):
-            if lst.st_uid != os.geteuid():
-                raise self._unsafe(
-                    home,
-                    f"it is a symlink made by uid {lst.st_uid}, not by you",
-                    "point DROVER_HOME at a directory of your own (mode 700)",
-                )
-        else:
-            flags |= os.O_NOFOLLOW  # it was not a link a moment ago: it must not become one now
-        try:
-            dfd = os.open(home, flags)
-        except FileNotFoundError:
-            if create:
-                raise self._unsafe(home, "it is a dangling symlink", "remove it, or point it at a directory") from None
-            return None
-        except NotADirectoryError:
-            raise self._unsafe(home, "it is not a directory", "point DROVER_HOME at a directory") from None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise self._unsafe(home, "it became a symlink while drover looked at it", "check who else writes there") from None
-            raise self._error(exc, "open the directory", home) from None
-        try:
-            self._check(os.fstat(dfd), home, "directory")
-        except BaseException:
-            os.close(dfd)
-            raise
-        return dfd
 
     def _open(self, write: bool) -> int | None:
         """The file's fd, checked: O_RDWR|O_APPEND (created 0600) to write, O_RDONLY to read (None: no file yet)."""
@@ -203,30 +115,6 @@ class TruthFile(Queries):
             os.close(fd)
             raise
         return fd
-
-    # -- a message being worked on ------------------------------------------------------------------------------
-    @contextmanager
-    def working_on(self, msg_id: str, exclusive: bool) -> Iterator[bool]:
-        """Who is working on a message.  A send holds its message shared from its accepted event to its outcome;
-        a retry takes it exclusively and without waiting (yields False when it cannot), so a retry never races the
-        send it finishes, or another retry.  256 lock files, one per slot of the id's hash: two messages that share
-        a slot only make a retry wait for the other's send to end."""
-        slot = int(hashlib.sha256(msg_id.encode()).hexdigest()[:4], 16) % 256
-        folder = self.home / "locks"
-        try:
-            folder.mkdir(mode=0o700, exist_ok=True)
-            fd = os.open(folder / f"slot-{slot:03d}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        except OSError as exc:
-            raise self._error(exc, "lock a message in") from None
-        try:
-            try:
-                fcntl.flock(fd, (fcntl.LOCK_EX | fcntl.LOCK_NB) if exclusive else fcntl.LOCK_SH)
-                held = True
-            except BlockingIOError:
-                held = False
-            yield held
-        finally:
-            os.close(fd)
 
     # -- writing -----------------------------------------------------------------------------------------------
     @contextmanager

@@ -72,8 +72,8 @@ def test_unknown_session_lists_what_is_there(cli: Any, agent: Pane) -> None:
 
 
 def test_ambiguous_session_lists_candidates(cli: Any, tmux: Tmux) -> None:
-    a = tmux.agent("dup-one")
-    b = tmux.agent("dup-two")
+    a = tmux.agent("dup")
+    b = tmux.agent("dup", "other")  # the same name on a second tmux server
     res = cli("send", "dup", "hi", "--json")
     assert res.code == 6
     data = res.json()["data"]
@@ -81,7 +81,7 @@ def test_ambiguous_session_lists_candidates(cli: Any, tmux: Tmux) -> None:
     assert sorted(c["id"] for c in data["candidates"]) == sorted([a.id, b.id])
     human = cli("send", "dup", "hi")
     assert human.code == 6 and "matches" not in human.out
-    assert "prefix of 2 sessions" in human.err and "candidate:" in human.err
+    assert "matches 2 sessions" in human.err and "candidate:" in human.err
     untouched(a)
     untouched(b)
 
@@ -198,3 +198,26 @@ def test_text_from_a_closed_stdin_is_a_usage_error_not_a_crash() -> None:
     )
     assert proc.returncode == 2, proc.stderr
     assert "stdin is closed" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        '{"host": "local", "id": "target", "text": "a lone \\ud800 surrogate"}',
+        '{"host": "local", "id": "target", "text": "a low \\udc00 one"}',
+        '{"host": "local", "id": "tar\\udfffget", "text": "in the id"}',
+        '{"host": "local", "id": "target", "text": "hi", "via": "auto", "\\ud800": 1}',
+    ],
+)
+def test_a_lone_surrogate_in_op_json_is_refused_before_anything_is_recorded(cli: Any, agent: Pane, request_: str) -> None:
+    """JSON's \\ud800 escape decodes to no text: it was recorded, then crashed the helper (helper_crash, exit 5)."""
+    res = cli("op", "sessions.message", request_)
+    assert res.code == 2, res.out
+    line = one_line(res.err)
+    assert "lone surrogate" in line and ("at request." in line or "at a key of request" in line), line
+    assert res.json()["errors"][0]["code"] == "bad_json"
+    assert cli("log", "--json").json()["data"]["messages"] == []
+    untouched(agent)
+    # a pair of surrogate escapes is one character: text like any other
+    ok = cli("op", "sessions.message", '{"host": "local", "id": "target", "text": "paired \\ud83d\\ude00"}')
+    assert ok.code == 0, ok.out

@@ -95,10 +95,16 @@ def test_an_empty_target_is_a_usage_error(cli: Any, isolated: Path) -> None:
     assert cli("log", "--json").json()["data"]["messages"] == []  # nothing was recorded
 
 
-def test_targets_name_a_host_only_when_the_fleet_knows_it(cli: Any, isolated: Path) -> None:
+def test_targets_never_take_an_unknown_host_for_a_local_name(cli: Any, isolated: Path) -> None:
     fleet = isolated / "fleet.toml"
     fleet.write_text('[hosts.box-a]\nssh = "box-a.invalid"\nconnect_timeout = 0.5\n', encoding="utf-8")
-    res = cli("--fleet", str(fleet), "send", "work:1.0", "hi", "--json")
+    # `work` is no host of the fleet: an unknown host naming the fleet's hosts, never the local pane `work:1.0`
+    for command in (["send", "work:1.0", "hi"], ["status", "work:1.0"], ["read", "work:1.0"], ["wait", "work:1.0"]):
+        res = cli("--fleet", str(fleet), *command)
+        assert res.code == 6, (command, res.err)
+        line = one_line(res.err)
+        assert "unknown host 'work'" in line and "known hosts: local, box-a" in line and "local:work:1.0" in line
+    res = cli("--fleet", str(fleet), "send", "local:work:1.0", "hi", "--json")
     assert res.code == 6
     assert (res.json()["data"]["host"], res.json()["data"]["target"]) == ("local", "work:1.0")
     res = cli("--fleet", str(fleet), "send", "box-a:webapp", "hi", "--json")
@@ -106,8 +112,9 @@ def test_targets_name_a_host_only_when_the_fleet_knows_it(cli: Any, isolated: Pa
     # the log's --target reads the same way: HOST:ID on that host, a bare ID on any host
     only_a = cli("--fleet", str(fleet), "log", "--target", "box-a:webapp", "--json").json()["data"]["messages"]
     assert [(m["host"], m["target"]) for m in only_a] == [("box-a", "webapp")]
-    bare = cli("--fleet", str(fleet), "log", "--target", "work:1.0", "--json").json()["data"]["messages"]
+    bare = cli("--fleet", str(fleet), "log", "--target", "local:work:1.0", "--json").json()["data"]["messages"]
     assert [(m["host"], m["target"]) for m in bare] == [("local", "work:1.0")]
+    assert cli("--fleet", str(fleet), "log", "--target", "work:1.0").code == 6
 
 
 def test_a_broken_fleet_file_is_an_error_for_every_command_that_names_a_target(cli: Any, isolated: Path) -> None:

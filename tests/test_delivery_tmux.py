@@ -121,7 +121,10 @@ def test_send_by_name_and_by_session_window_pane(tmux: Tmux, cli: Any) -> None:
     res = cli("--actor", ACTOR, "send", "local:webapp-f8", "by name", "--json")
     assert res.code == 0, res.err
     assert res.json()["data"]["session"]["id"] == pane.id
+    # a pane's session:window.pane holds a ':', so it is written with its host; bare, its head is an unknown host
     res = cli("--actor", ACTOR, "send", "webapp-f8:0.0", "by target", "--json")
+    assert res.code == 6 and "unknown host 'webapp-f8'" in res.err, res.err
+    res = cli("--actor", ACTOR, "send", "local:webapp-f8:0.0", "by target", "--json")
     assert res.code == 0, res.err
     wait_for(lambda: len(pane.messages()) == 2)
     assert pane.messages() == [expected_envelope("by name"), expected_envelope("by target")]

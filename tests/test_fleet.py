@@ -439,7 +439,7 @@ def test_the_longest_durations_and_home_relative_folders_are_still_fine(tmp_path
 
 def test_a_nudge_entry_naming_an_engine_drover_cannot_start_is_refused(tmp_path: Path) -> None:
     entry = '[[nudge]]\ntarget = "a:{n}"\ntext = "x"\nevery = "1h"\ncreate_if_missing = true\nengine = "{e}"\ncwd = "/w"\n'
-    body = entry.format(n="ok", e="codex") + entry.format(n="typo", e="cluade")
+    body = '[hosts.a]\nssh = "a.example"\n' + entry.format(n="ok", e="codex") + entry.format(n="typo", e="cluade")
     with pytest.raises(FleetInvalid) as info:
         fleet_mod.parse(body, tmp_path / "fleet.toml")
     [problem] = info.value.problems

@@ -278,3 +278,28 @@ def test_an_empty_fleet_option_is_a_usage_error(cli: Any, isolated: Path, monkey
         assert res.code == 2, (args, res.err)
         assert "--fleet" in one_line(res.err)
     assert "x" not in env.read_text(encoding="utf-8")
+
+
+# -- what no fleet file holds: a NUL, nesting past any fleet's shape ----------------------------------------------
+@pytest.mark.parametrize(
+    "body, line, words",
+    [
+        ('[hosts.a]\nssh = "a\\u0000b"\n', 2, "hosts.a.ssh: holds a NUL character"),
+        ('[hosts.a]\nssh = "a"\ntags = ["x", "y\\u0000"]\n', 3, "hosts.a.tags.1: holds a NUL character"),
+        ('[hosts."a\\u0000b"]\nssh = "a"\n', 1, "holds a NUL character"),
+        ("[hosts.a]\nssh = 'a'\ntags = " + "[" * 40 + "]" * 40 + "\n", 3, "nested more than 16 deep"),
+        ("[hosts.a]\nssh = 'a'\ntags = " + "[" * 5000 + "]" * 5000 + "\n", 3, "nested more than 16 deep"),
+        ('# a comment [[[[\n[hosts.a]\nssh = "[[["\nx = ' + "{y = " * 3000 + "1" + "}" * 3000 + "\n", 4, "nested more"),
+    ],
+)
+def test_a_nul_or_deep_nesting_is_a_config_error_with_its_line(tmp_path: Path, body: str, line: int, words: str) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text(body, encoding="utf-8")
+    for command in (["fleet", "show"], ["ls"], ["send", "a:x", "hi"], ["fleet", "add", "b", "--ssh", "b.example"]):
+        res = process("--fleet", str(path), *command)
+        assert res.code == 7, (command, res.err)
+        said = one_line(res.err)
+        assert f"fleet.toml:{line}:" in said and words in said, said
+    assert path.read_text(encoding="utf-8") == body  # the edit refused it too, and left it alone
+    with pytest.raises(FleetInvalid):
+        fleet_mod.load(path)

@@ -124,11 +124,17 @@ def test_a_shared_directory_is_refused_but_not_a_shell_or_another_directory(tmux
 def test_unknown_host_and_ambiguous_names_are_target_errors(tmux: Tmux, isolated: Path, cli: Any) -> None:
     doc = drover.run("sessions.nudge", {"host": "box-z", "id": "x", "text": "hi"})
     assert doc.exit_code == 6 and doc.data["code"] == "unknown_host", doc.data
-    agent_in(tmux, isolated / "a", "api-1")
-    agent_in(tmux, isolated / "b", "api-2")
+    one, two = agent_in(tmux, isolated / "a", "api-1"), agent_in(tmux, isolated / "b", "api-2")
+    # `api` only prefixes their names: names match exactly, so it names no live session (never one of them)
     res = cli("nudge", "local:api", "which?", "--json")
+    assert res.code == 4 and res.json()["data"]["code"] == "not_live", res.out
+    # the same name on two tmux servers is ambiguous
+    tmux.agent("api-1", "other")
+    res = cli("nudge", "local:api-1", "which?", "--json")
     assert res.code == 6 and res.json()["data"]["code"] == "ambiguous_session", res.out
-    assert [m["outcome"] for m in cli("log", "--json").json()["data"]["messages"]] == ["failed", "failed"]
+    outcomes = [m["outcome"] for m in cli("log", "--json").json()["data"]["messages"]]
+    assert outcomes == ["failed", "refused", "failed"]
+    assert one.messages() == [] and two.messages() == []
     empty = cli("nudge", "local:api-1", "   ")
     assert empty.code == 2 and "empty" in empty.err
     missing = cli("nudge", "local:api-1")

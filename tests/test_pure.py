@@ -252,21 +252,43 @@ def _s(sid: str, name: str, *aliases: str) -> dict[str, Any]:
     return {"id": sid, "name": name, "engine": "demo", "server": "default", "aliases": [sid, *aliases]}
 
 
-def test_resolve_exact_beats_name_beats_prefix_and_ambiguity_lists_candidates() -> None:
+def test_resolve_exact_id_then_exact_name_and_ambiguity_lists_candidates() -> None:
     sessions = [_s("%1", "web", "w:0.0"), _s("%2", "webapp", "w:1.0"), _s("%3", "api", "w:2.0")]
     assert resolve("%2", sessions)["name"] == "webapp"
     assert resolve("w:2.0", sessions)["id"] == "%3"
     assert resolve("web", sessions)["id"] == "%1"  # exact name beats the prefix of webapp
-    assert resolve("ap", sessions)["id"] == "%3"
+    with pytest.raises(P.HelperError) as err:
+        resolve("ap", sessions)  # names match exactly: a prefix of one name is no target
+    assert err.value.code == P.SESSION_NOT_FOUND and "did you mean 'api'" in err.value.message
     with pytest.raises(P.HelperError) as err:
         resolve("%", sessions)
-    assert err.value.code == P.AMBIGUOUS_SESSION and len(err.value.extra["candidates"]) == 3
+    assert err.value.code == P.SESSION_NOT_FOUND
+    twin = [*sessions, {**_s("%4", "web", "x:0.0"), "server": "other"}]
+    with pytest.raises(P.HelperError) as err:
+        resolve("web", twin)
+    assert err.value.code == P.AMBIGUOUS_SESSION and len(err.value.extra["candidates"]) == 2
     with pytest.raises(P.HelperError) as err:
         resolve("db", sessions)
     assert err.value.code == P.SESSION_NOT_FOUND
     with pytest.raises(P.HelperError) as err:
         resolve("", sessions)
     assert err.value.code == P.BAD_REQUEST
+
+
+def test_only_a_claude_session_id_matches_by_a_prefix_of_eight_hex_characters() -> None:
+    claude = {**_s("01a227e4-4029-7320-b969-b28e60fb7892", "worker-1"), "engine": "claude", "_record": {}}
+    pane = _s("%7", "worker-2", "w:0.0")
+    sessions = [claude, pane]
+    assert resolve("01a227e4", sessions) is claude
+    assert resolve("01a227e4-40", sessions) is claude
+    for guess in ("01a227e", "worker", "worker-", "%", "w:0"):  # 7 hex digits, name prefixes, a pane id prefix
+        with pytest.raises(P.HelperError) as err:
+            resolve(guess, sessions)
+        assert err.value.code == P.SESSION_NOT_FOUND, guess
+    # the name a session bears is matched whole, and the error says which names start with what was typed
+    with pytest.raises(P.HelperError) as err:
+        resolve("worker", sessions)
+    assert "did you mean 'worker-1' or 'worker-2'" in err.value.message
 
 
 # -- receipts and times -------------------------------------------------------------------------------------------

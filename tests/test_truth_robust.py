@@ -524,3 +524,102 @@ def test_an_oversize_refusal_stores_hash_head_and_length_only(isolated: Path, mo
         assert ev["text_sha256"] == hashlib.sha256(text.encode()).hexdigest()
     shown = drover.run("messages.get", {"id": accepted[0]["id"]}).data["message"]
     assert shown["text_chars"] == len(text) and shown["outcome"] == "refused" and shown["code"] == "too_large"
+
+
+# -- the message locks beside the record, and a record with another name -----------------------------------------
+def test_planted_lock_symlinks_are_refused_naming_the_lock_and_nothing_is_left_pending(tmux: Tmux, isolated: Path) -> None:
+    pane = tmux.agent("locked")
+    home = home_of(isolated)
+    record(home)
+    locks = home / "locks"
+    locks.mkdir(mode=0o700, exist_ok=True)
+    victim = isolated / "victim"
+    for slot in range(256):  # whichever slot the new message's id falls in
+        lock = locks / f"slot-{slot:03d}.lock"
+        lock.unlink(missing_ok=True)
+        lock.symlink_to(victim)
+    before = lines(home)
+    res = drover_process("send", pane.address, "must not be left pending", "--json")
+    assert res.code == 7, res.err
+    error = res.json()["errors"][0]
+    assert error["code"] == "truth_unsafe" and "/locks/slot-" in error["message"], error
+    assert "truth.jsonl" not in error["message"]  # the lock is named, not the record
+    assert lines(home) == before  # refused before its accepted event
+    assert drover_process("log", "--pending", "--json").json()["data"]["messages"] == []
+    assert not victim.exists()
+    stays(lambda: pane.messages() == [], what="nothing delivered")
+    # a lock that is a hard link to another file is refused as well
+    for lock in locks.iterdir():
+        lock.unlink()
+    victim.write_text("theirs\n", encoding="utf-8")
+    os.chmod(victim, 0o600)
+    os.link(victim, locks / "slot-000.lock")
+    doc = drover.run("sessions.message", {"id": "locked", "text": "no"})
+    assert doc.exit_code == 7 and "slot-000.lock" in doc.errors[0]["message"] and "hard links" in doc.errors[0]["message"]
+    assert victim.read_text(encoding="utf-8") == "theirs\n" and lines(home) == before
+
+
+def test_a_lock_planted_after_the_check_is_recorded_as_the_messages_outcome(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the check and the lock (a race): the message has its accepted event, so it gets its outcome too."""
+    pane = tmux.agent("raced")
+    home = home_of(isolated)
+    record(home)
+    (home / "locks").mkdir(mode=0o700)
+
+    def plant(self: TruthFile) -> None:
+        for slot in range(256):
+            lock = self.home / "locks" / f"slot-{slot:03d}.lock"
+            lock.unlink(missing_ok=True)
+            lock.symlink_to(isolated / "victim")
+
+    monkeypatch.setattr(TruthFile, "check_locks", plant)
+    doc = drover.run("sessions.message", {"id": "raced", "text": "raced"})
+    assert doc.exit_code == 5 and doc.data["outcome"] == "failed" and doc.data["code"] == "truth_unsafe", doc.data
+    assert "/locks/slot-" in doc.data["detail"]
+    assert drover.run("messages.list", {"pending": True}).data["messages"] == []
+    [m] = [m for m in drover.run("messages.list", {}).data["messages"] if m["text"] == "raced"]
+    assert m["outcome"] == "failed"
+    stays(lambda: pane.messages() == [], what="nothing delivered")
+
+
+def test_a_locks_folder_that_is_a_symlink_or_someone_elses_is_refused(tmux: Tmux, isolated: Path) -> None:
+    pane = tmux.agent("folder")
+    home = home_of(isolated)
+    record(home)
+    before = lines(home)
+    theirs = isolated / "their-locks"
+    theirs.mkdir(mode=0o700)
+    (home / "locks").symlink_to(theirs)
+    doc = drover.run("sessions.message", {"id": "folder", "text": "not through their folder"})
+    assert doc.exit_code == 7 and doc.errors[0]["code"] == "truth_unsafe"
+    assert "locks: it is a symlink" in doc.errors[0]["message"], doc.errors
+    fleet = isolated / "nudges.toml"  # `nudge run` takes its lock in the same folder: refused the same way
+    fleet.write_text('[[nudge]]\ntarget = "local:folder"\ntext = "hi"\nevery = "1h"\n', encoding="utf-8")
+    run = drover_process("--fleet", str(fleet), "nudge", "run")
+    assert run.code == 7 and "locks: it is a symlink" in run.err, run
+    assert list(theirs.iterdir()) == [] and lines(home) == before
+    (home / "locks").unlink()
+    (home / "locks").mkdir(mode=0o700)
+    os.chown(home / "locks", NOBODY, NOBODY)
+    doc = drover.run("sessions.message", {"id": "folder", "text": "not in their folder"})
+    assert doc.exit_code == 7 and "locks: the directory belongs to uid 65534" in doc.errors[0]["message"], doc.errors
+    assert lines(home) == before
+    stays(lambda: pane.messages() == [], what="nothing delivered")
+
+
+def test_a_record_with_another_hard_link_is_refused_like_a_symlink(tmux: Tmux, isolated: Path) -> None:
+    pane = tmux.agent("linked")
+    home = home_of(isolated)
+    record(home)
+    os.link(home / "truth.jsonl", isolated / "another-name")
+    before = (home / "truth.jsonl").read_bytes()
+    res = drover_process("send", pane.address, "not into a file with two names", "--json")
+    assert res.code == 7, res.err
+    error = res.json()["errors"][0]
+    assert error["code"] == "truth_unsafe" and "has 2 hard links" in error["message"], error
+    listed = drover_process("log", "--json")  # readers refuse it too, as they refuse a symlink
+    assert listed.code == 7 and listed.json()["errors"][0]["code"] == "truth_unsafe"
+    assert (home / "truth.jsonl").read_bytes() == before
+    stays(lambda: pane.messages() == [], what="nothing delivered")

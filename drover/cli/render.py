@@ -147,10 +147,20 @@ def sessions_table(data: dict[str, Any]) -> None:
             ",".join(s.get("lanes", [])),
             *((s.get("thread") or "-",) if threads else ()),
         )
+    hosts = data.get("hosts", [])
+    failed = [h for h in hosts if not h.get("ok")]
     if rows:
         out.print(table)
+    elif failed or data.get("engine"):
+        # An empty answer is only "nothing runs" when every host asked answered and nothing was filtered out.
+        kind = f"{data['engine']} " if data.get("engine") else ""
+        answered = len(hosts) - len(failed)
+        out.print(f"no {kind}sessions on the {answered} host(s) that answered", style="dim")
     else:
         out.print("no sessions (start an agent in tmux, or try `drover demo`)", style="dim")
+    if failed:
+        said = "; ".join(f"{h['host']} ({h.get('code') or 'failed'}: {h.get('error') or '?'})" for h in failed)
+        out.print(Text(f"{len(failed)} of {len(hosts)} host(s) failed, their sessions not listed: {said}"), style="red")
     for w in data.get("warnings", []):
         err.print(Text(f"warning: {w['host']}: {w['message']}"), style="yellow")
 

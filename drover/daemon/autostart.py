@@ -49,7 +49,7 @@ def _defaults(path: str) -> dict:
             return {}
         with open(path, "rb") as f:
             data = tomllib.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested past the parser's reach
         return {}
     defaults = data.get("defaults")
     return defaults if isinstance(defaults, dict) else {}

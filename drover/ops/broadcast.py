@@ -33,6 +33,7 @@ from drover.ops.core import Context, Request, Result, op
 from drover.ops.send import MessageRequest, sessions_message
 from drover.ops.sessions import call_host, fan_out_each
 from drover.remote import protocol as P
+from drover.targets import check_engine
 
 SKIPPED = "skipped"  # a broadcast's own outcome: not sent, because a person is in the middle of something there
 NOT_AGENTS = ("shell",)
@@ -184,6 +185,7 @@ async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
             "a broadcast needs a selector: --host, --tag, --engine, --name or --cwd, or --all for every agent session",
             hint="drover broadcast --all TEXT sends to the whole fleet; say so if you mean it",
         )
+    check_engine(ctx.fleet, req.engine)
     if req.engine in NOT_AGENTS:
         raise UsageError(
             f"a broadcast goes to agent sessions only: panes that run no agent ({req.engine}) get nothing",

@@ -204,6 +204,14 @@ def parse_payload(name: str, payload: str | dict[str, Any] | None) -> Request:
         payload = {}
     if not isinstance(payload, dict):
         raise InvalidRequest(f"the request for {name} must be a JSON object, not {type(payload).__name__}")
+    where = _not_text(payload, "request")
+    if where:
+        # JSON's \ud800 escape decodes to a lone surrogate: no text, and it would be recorded before any host
+        # could refuse it.  A usage error here, before anything is resolved or recorded.
+        raise BadJSON(
+            f"the request for {name} holds a lone surrogate (an unpaired \\ud800-\\udfff escape) at {where}: not text",
+            hint="escape a character outside the BMP as its surrogate pair, or write it as UTF-8",
+        )
     try:
         request = spec.request.model_validate(payload)
     except ValidationError as exc:
@@ -220,6 +228,25 @@ def parse_payload(name: str, payload: str | dict[str, Any] | None) -> Request:
         ) from None
     _check_id(name, request)
     return request
+
+
+def _not_text(value: Any, path: str, depth: int = 0) -> str | None:
+    """Where in a request a string (or a key) is not encodable as UTF-8, or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if depth > 64:  # past any request's shape: model validation refuses it, with its own words
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        where = _not_text(key, f"a key of {path}", depth) if isinstance(key, str) else None
+        where = where or _not_text(item, f"{path}.{key}" if isinstance(value, dict) else f"{path}[{key}]", depth + 1)
+        if where:
+            return where
+    return None
 
 
 def _check_id(name: str, request: Request) -> None:

@@ -220,12 +220,8 @@ async def run_lock(ctx: Context, wait_s: float) -> AsyncIterator[tuple[bool, str
     """The schedule's lock, across processes: (held, who holds it).  Waits up to wait_s for another run."""
     with ctx.truth.locked():
         pass  # the home, created and checked like any write to the record
-    folder = ctx.truth.home / "locks"
-    try:
-        folder.mkdir(mode=0o700, exist_ok=True)
-        fd = os.open(folder / "nudge-run.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise DroverError(f"cannot open the nudge schedule's lock in {folder}: {exc.strerror}") from None
+    # In the checked locks/ folder, as a message's lock: a planted link or a foreign folder is refused (exit 7).
+    fd = ctx.truth.open_lock("nudge-run.lock")
     try:
         deadline = time.monotonic() + wait_s
         while True:

@@ -10,6 +10,7 @@ pinned name and the ids the receiver's record will show) -> deliver to exactly t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from typing import Any, Literal
@@ -17,12 +18,13 @@ from typing import Any, Literal
 from pydantic import Field
 
 from drover import limits
-from drover.errors import OUTCOME_EXIT, DroverError, EmptyText, ExitCode, TargetError
+from drover.errors import OUTCOME_EXIT, DroverError, EmptyText, ExitCode, TargetError, TruthFileError
 from drover.fleet import LOCAL
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.sessions import call_host
 from drover.remote import protocol as P
 from drover.remote.faults import fault
+from drover.targets import check_engine
 from drover.truth import Message
 
 
@@ -141,6 +143,7 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
     if not req.text.strip():
         raise EmptyText("the message text is empty", hint="give the text as an argument, or - to read it from stdin")
     fleet = ctx.fleet
+    check_engine(fleet, req.expect_engine)  # a typo there would refuse every send as a mismatch: said, not recorded
     actor = ctx.who(req.actor)
     lim = fleet.limits
     options: dict[str, Any] = {"via": req.via, "expect_engine": req.expect_engine, "as_owner": req.as_owner, "raw": req.raw}
@@ -179,6 +182,9 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
         return limits.check(lim, host, options.get("identity") or req.id, req.text, time.time(), recent)
 
     fault("before_accept")
+    # The lock a send holds from its accepted event to its outcome must be one drover can take: something planted
+    # under the home's locks/ is refused here, before anything is recorded, rather than leave the message pending.
+    ctx.truth.check_locks()
     # Write-ahead: the message has its id and its accepted event before anything touches a session.
     msg_id, refusal = ctx.truth.accept(
         actor=actor,
@@ -198,7 +204,11 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
         return _result(ctx, msg_id, base, {"outcome": P.REFUSED, "lane": None, **refusal}, host, record=False)
     if unresolved is not None:
         return _result(ctx, msg_id, base, _failure(unresolved, sent=False), host)
-    with ctx.truth.working_on(msg_id, exclusive=False):  # a retry of this message waits until it has its outcome
+    with contextlib.ExitStack() as holding:
+        try:  # a retry of this message waits until it has its outcome
+            holding.enter_context(ctx.truth.working_on(msg_id, exclusive=False))
+        except TruthFileError as exc:  # planted since the check above: nothing was sent, and the record says so
+            return _result(ctx, msg_id, base, _failure(exc, sent=False), host)
         fault("after_accept")
         outcome = await _deliver(ctx, host, msg_id, req.text, actor, options)
         if redirect:

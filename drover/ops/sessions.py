@@ -12,6 +12,7 @@ from drover.errors import DroverError, ExitCode
 from drover.fleet import LOCAL
 from drover.ops.core import Context, Request, Result, op
 from drover.remote import protocol as P
+from drover.targets import check_engine
 
 
 class ListRequest(Request):
@@ -119,6 +120,7 @@ def fan_exit(rows: list[tuple[str, Any, DroverError | None]]) -> int:
 
 @op("sessions.list", ListRequest, "every session on every (or the chosen) host, with engine and state", "drover ls")
 async def sessions_list(ctx: Context, req: ListRequest) -> Result:
+    check_engine(ctx.fleet, req.engine)
     hosts = ctx.fleet.select(req.hosts, req.tags)
     rows = await fan_out(ctx, hosts, "list", {"state": req.state})
     sessions: list[dict[str, Any]] = []
@@ -132,8 +134,13 @@ async def sessions_list(ctx: Context, req: ListRequest) -> Result:
             sessions.append({"host": host, **s})
         warnings += [{"host": host, "message": w} for w in data.get("warnings", [])]
     errors = [err.to_dict() for _h, _d, err in rows if err is not None]
-    hosts_out = [{"host": h, "ok": err is None, "sessions": len(d.get("sessions", [])) if d else 0} for h, d, err in rows]
-    return Result({"sessions": sessions, "hosts": hosts_out, "warnings": warnings}, errors, fan_exit(rows))
+    hosts_out = [
+        {"host": h, "ok": err is None, "sessions": len(d.get("sessions", [])) if d else 0}
+        | ({"code": err.code, "error": err.message} if err is not None else {})  # why it failed, beside what was found
+        for h, d, err in rows
+    ]
+    data = {"sessions": sessions, "hosts": hosts_out, "warnings": warnings} | ({"engine": req.engine} if req.engine else {})
+    return Result(data, errors, fan_exit(rows))
 
 
 @op("sessions.status", StatusRequest, "alive, and doing what? state with evidence: screen, last line, since", "drover status")

@@ -1,6 +1,7 @@
 """Sessions: every pane of every tmux server and every live Claude Code session, and naming one of them."""
 
 import os
+import re
 from typing import Any, Dict, List
 
 from . import claude, procs, tmux
@@ -105,10 +106,13 @@ def brief(session: Session) -> str:
 
 # How a target named its session, by tier: a handoff chain that starts at a name outranks a mere prefix match.
 MATCHED = ("id", "name", "former_name", "prefix")
+# A prefix that names a session by its id: 8 or more hex digits (and dashes, as a UUID is written).
+ID_PREFIX = re.compile(r"^[0-9a-f]{8}[0-9a-f-]*$")
 
 
 def resolve(target: str, sessions: List[Session]) -> Session:
-    """One session for what the user typed: exact id/alias, then exact name, then a unique prefix."""
+    """One session for what the user typed: exact id/alias, then exact name, then a former name, then a unique
+    prefix of a Claude session's id (8+ hex characters)."""
     if not target:
         raise HelperError(BAD_REQUEST, "no session named: give a pane id (%3), session:window.pane, or a name")
     tiers = (
@@ -118,11 +122,13 @@ def resolve(target: str, sessions: List[Session]) -> Session:
         # A name the session bore before (Claude's formerNames): the newest generation of that name.  Only when no
         # live session bears it now, so a message is never redirected away from a session that is still live.
         ("is a former name of", lambda s: target in (s.get("former_names") or ())),
-        ("is a prefix of", lambda s: s["name"].startswith(target) or s["id"].startswith(target)),
+        # Only a Claude session's id, by 8+ hex characters (what `drover ls` shows): a name never matches by its
+        # prefix, so a typo or a shortened name is an error, never a message to whichever session it happens to start.
+        ("is an id prefix of", lambda s: bool("_record" in s and ID_PREFIX.match(target) and s["id"].startswith(target))),
     )
     for tier, (how, match) in enumerate(tiers):
         hits = [s for s in sessions if match(s)]
-        if tier == 1 and len(hits) == 1 and len(target) >= 6:
+        if tier == 1 and len(hits) == 1 and ID_PREFIX.match(target):
             # A pane named like a prefix of a Claude session's id (what `drover ls` shows) must not take its mail.
             shadowed = [s for s in sessions if s is not hits[0] and "_record" in s and s["id"].startswith(target)]
             hits += shadowed
@@ -140,7 +146,9 @@ def resolve(target: str, sessions: List[Session]) -> Session:
                 matched=MATCHED[tier],  # "prefix": no session bears that name (a handoff chain may start there)
             )
     known = ", ".join(brief(s) for s in sessions[:8]) or "none"
-    raise HelperError(SESSION_NOT_FOUND, "no session %r on this host (sessions here: %s)" % (target, known))
+    near = [s["name"] for s in sessions if s["name"].startswith(target)]
+    said = "; names match exactly, did you mean %s?" % " or ".join(repr(n) for n in near[:3]) if near else ""
+    raise HelperError(SESSION_NOT_FOUND, "no session %r on this host (sessions here: %s)%s" % (target, known, said))
 
 
 def find(args: Dict[str, Any], profiles: Profiles, warnings: List[str]) -> Session:

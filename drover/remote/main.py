@@ -74,13 +74,19 @@ def op_read(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     from . import discovery, transcripts
 
     target = args.get("target", "")
+    missing = None  # type: Optional[HelperError]
     try:
         session: Optional[Dict[str, Any]] = discovery.find(args, profiles, [])
     except HelperError as exc:
         if exc.code != P.SESSION_NOT_FOUND:
             raise
-        session = None  # a Codex rollout id, or an ended Claude session, may still have a transcript
-    path, engine = transcripts.transcript_for(session, target)
+        session, missing = None, exc  # a Codex rollout id, or an ended Claude session, may still have a transcript
+    try:
+        path, engine = transcripts.transcript_for(session, target)
+    except HelperError as exc:
+        if missing is not None and exc.code == P.NO_TRANSCRIPT:
+            raise missing from None  # no session and no transcript by that id: what finding the session said (names, hints)
+        raise
     out = transcripts.read(path, engine, args)
     out["session"] = discovery.public(session) if session else None
     return out

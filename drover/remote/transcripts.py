@@ -134,6 +134,15 @@ def codex_home() -> str:
     return os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
 
 
+ROLLOUT_ID = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl$")
+
+
+def _rollout_id(path: str) -> str:
+    """The thread id a rollout's file name ends with ("" when it ends with none)."""
+    found = ROLLOUT_ID.search(path)
+    return found.group(1) if found else ""
+
+
 def transcript_for(session: Optional[Session], target: str) -> Tuple[str, str]:
     """(path, engine) of the session's transcript: Claude's by sessionId, else a Codex rollout by id."""
     if session is not None and session["engine"] == "claude" and "_record" in session:
@@ -157,9 +166,11 @@ def transcript_for(session: Optional[Session], target: str) -> Tuple[str, str]:
         if log and os.path.isfile(log):
             return log, "demo"
         raise HelperError(P.NO_TRANSCRIPT, "the demo agent %s keeps no log drover can read" % session["id"])
-    if re.match(r"^[A-Za-z0-9-]{6,}$", target):
+    if re.match(r"^[0-9a-f]{8}[0-9a-f-]*$", target):  # a rollout's id, or 8+ hex of it: never a name's substring
         pattern = os.path.join(codex_home(), "sessions", "**", "rollout-*%s*.jsonl" % glob.escape(target))
-        hits = glob.glob(pattern, recursive=True)
+        # The id the file name ends with must start with the target: 8 hex digits from the middle of some other
+        # rollout's id (or of its date) are no name for it.
+        hits = [h for h in glob.glob(pattern, recursive=True) if _rollout_id(h).startswith(target)]
         if len(hits) == 1:
             return hits[0], "codex"
         if len(hits) > 1:
