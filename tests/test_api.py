@@ -234,7 +234,7 @@ def test_a_running_daemon_serves_the_library_with_its_pool(sshfleet: SSHFleet, m
     assert status()["served"] == before + 4
     assert sshfleet.connections(since=mark) == {"h1": 0, "h2": 1, "h3": 0}
     # The daemon's answer is the very document a run here gives, odd characters and all.
-    odd = {"engine": "demo", "screen": "\x1b[31m\u276f caf\u00e9 \u202e\x07 \ud83d\ude00 \u2028"}
+    odd = {"engine": "demo", "screen": "\x1b[31m\u276f caf\u00e9 \u202e\x07 \U0001f600 \u2028"}
     served = before + 4
     with drover.Client(daemon=False) as own:
         assert drover.run("guard.check", odd) == own.run("guard.check", odd)

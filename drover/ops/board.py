@@ -147,7 +147,7 @@ async def board(ctx: Context, req: BoardRequest) -> Result:
         raise TargetError(
             f"no host has the tag(s) {', '.join(req.tags)}: nobody was asked",
             code=P.NO_MATCH,
-            hint="`drover fleet` lists the hosts and their tags",
+            hint="`drover fleet show` lists the hosts and their tags",
         )
     cutoff = since_ts(req.held_since) if req.held_since else None
     answers = await fan_out(ctx, hosts, "attention", {})
