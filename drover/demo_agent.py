@@ -110,7 +110,16 @@ class Agent:
                 lines.append("  ✻ Working… (esc to interrupt)")
             else:
                 lines.append("  idle · paste or type a message")
-        out = ("\x1b[H\x1b[2J" + "\r\n".join(line[: cols - 1] for line in lines[-rows:])).encode("utf-8")
+        shown = [line[: cols - 1] for line in lines[-rows:]]
+        # The cursor rests where the real programs keep it: after the text in the input box (it moves with every key
+        # typed there), or on the dialog's choice -- what drover's conditional Enter compares.
+        if self.dialog:
+            row = next(i for i, line in enumerate(shown) if "❯" in line)
+            col = shown[row].index("❯")
+        else:
+            row = len(shown) - 3  # the box's last row: above its lower rule and the footer
+            col = len(shown[row])
+        out = ("\x1b[H\x1b[2J" + "\r\n".join(shown) + f"\x1b[{row + 1};{col + 1}H").encode("utf-8")
         if self.split_draw:
             os.write(1, out[: len(out) // 2])
             time.sleep(self.split_draw)
@@ -146,6 +155,8 @@ class Agent:
             self.submit()
         elif name == "Backspace":
             self.buf = self.buf[:-1]
+        elif name == "C-u":
+            self.buf = ""  # clears the box, as in the real programs
         else:
             self.record(type="key", key=name)
 
@@ -170,6 +181,7 @@ class Agent:
                     # A permission dialog that pops up right after the text landed in the input box (kept there).
                     self.dialog = True
                     self.dirty = True
+                    self.record(type="dialog_drawn")
                 continue
             ch = self.pending[0]
             if ch == "\x1b":
@@ -232,6 +244,7 @@ class Agent:
         signal.signal(signal.SIGUSR1, show_dialog)
         signal.signal(signal.SIGUSR2, toggle_busy)
         signal.signal(signal.SIGWINCH, lambda *_: setattr(self, "dirty", True))
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # through `finally`: the cursor goes below the screen
         os.write(1, b"\x1b[?2004h")
         self.record(type="start", pid=os.getpid())
         was_busy = False
@@ -248,8 +261,17 @@ class Agent:
                 except InterruptedError:
                     continue
                 if self.dialog_at and time.monotonic() >= self.dialog_at:
+                    # Keys that reached the program before it drew its dialog were meant for the screen it showed
+                    # until then (an Enter sent onto the input box submits it): taken first, as they came.
+                    while select.select([fd], [], [], 0)[0]:
+                        data = os.read(fd, 65536)
+                        if not data:
+                            break
+                        self.feed(decoder.decode(data))
                     self.dialog_at, self.dialog = 0.0, True
                     self.draw()
+                    self.record(type="dialog_drawn")
+                    continue
                 if not ready:
                     if self.pending == "\x1b":
                         self.pending = ""
@@ -262,7 +284,8 @@ class Agent:
                 self.feed(decoder.decode(data))
                 self.dirty = True
         finally:
-            os.write(1, b"\x1b[?2004l")
+            # Leave the cursor below the last line, where the shell that gets the terminal back prints its prompt.
+            os.write(1, b"\x1b[?2004l\x1b[999;1H\r\n")
             termios.tcsetattr(fd, termios.TCSANOW, old)
 
 

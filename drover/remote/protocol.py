@@ -87,6 +87,8 @@ NOT_AN_AGENT = "not_an_agent"
 NOT_AT_PROMPT = "not_at_prompt"
 MULTILINE_UNBRACKETED = "multiline_unbracketed"
 PASTE_NOT_SHOWN = "paste_not_shown"
+# The pane changed between drover's last look and its Enter (a key typed, a redraw): Enter was not pressed
+CHANGED_BEFORE_ENTER = "changed_before_enter"
 PANE_LOCKED = "pane_locked"
 WOULD_BE_HELD = "would_be_held"
 CANNOT_VERIFY = "cannot_verify"
@@ -209,6 +211,7 @@ CODES = {
     NOT_AT_PROMPT: REFUSAL,
     MULTILINE_UNBRACKETED: REFUSAL,
     PASTE_NOT_SHOWN: REFUSAL,
+    CHANGED_BEFORE_ENTER: REFUSAL,
     PANE_LOCKED: REFUSAL,
     WOULD_BE_HELD: REFUSAL,
     CANNOT_VERIFY: REFUSAL,
