@@ -17,13 +17,15 @@ import signal
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import drover
 from drover.remote import tmux_lane
-from tests.conftest import Pane, Tmux, stays, wait_for
+from tests.conftest import SCREENS, Pane, Tmux, stays, wait_for
+from tests.test_guard import fake_engine
 
 ACTOR = "tester"
 WORKERS = 3
@@ -223,3 +225,57 @@ def test_multi_line_text_still_gets_its_enter(tmux: Tmux) -> None:
     assert doc.data["outcome"] == "delivered", doc.data
     got = wait_for(pane.messages)
     assert text in got[0]
+
+
+# -- an engine of the fleet's own: the fake TUI under a custom profile ------------------------------------------------
+
+ACME = r"""[engines.acme]
+commands = ["acme"]
+input = '^❯(?:[ \u00a0](?!\d+\.\s)(.*))?$'
+input_above = '^\s*─{3,}'
+input_end = '^\s*─{3,}'
+input_end_last = true
+idle = ['^\s*❯\s*$']
+dialog = ['Do you want to proceed\?']
+dialog_scope = "screen"
+default_state = "unknown"
+envelope = true
+"""
+
+
+def acme(tmux: Tmux, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pane, Path]:
+    """The fake TUI (tests/fake_tui.py) as `acme`, an engine only the fleet's profile describes: it keeps the tmux
+    lane, holds the default 60 ms, and leaves its cursor at the end of its screen (not in its box)."""
+    (tmp / "fleet.toml").write_text(ACME, encoding="utf-8")
+    monkeypatch.setenv("DROVER_FLEET", str(tmp / "fleet.toml"))
+    exe = fake_engine(tmp, "acme")
+    log = tmp / "acme.bytes"
+    pane = tmux.start("acme", f"{exe} --screen {SCREENS / 'claude-idle.txt'} --log {log}", width=170, height=55)
+    wait_for(lambda: log.exists() and "auto mode on" in pane.screen(), what="the fake TUI")
+    return pane, log
+
+
+def test_a_custom_engine_gets_a_multi_line_message_and_its_enter(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pane, log = acme(tmux, isolated, monkeypatch)
+    doc = send(pane.address, "first line\nsecond line\nthird line")
+    assert (doc.data["outcome"], doc.data["session"]["engine"]) == ("delivered", "acme"), doc.data
+    wait_for(lambda: log.read_bytes().endswith(b"\x1b[201~\r"), what="the paste, then Enter")
+
+
+def test_a_key_typed_into_a_custom_engine_after_the_last_look_holds_the_enter_back(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its cursor does not follow its text; the redraw a key causes still moves the witness (a full-screen clear
+    scrolls the old screen into tmux's history)."""
+    pane, log = acme(tmux, isolated, monkeypatch)
+
+    def person() -> None:
+        pane.tmux("send-keys", "-t", pane.id, "-l", "Z")
+        wait_for(lambda: log.read_bytes().endswith(b"Z") and "message>Z" in pane.screen(), what="the key in the box")
+
+    between_look_and_enter(monkeypatch, person)
+    doc = send(pane.address, "please rebase")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "changed_before_enter"), doc.data
+    stays(lambda: b"\r" not in log.read_bytes(), what="no Enter")
