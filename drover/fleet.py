@@ -1,7 +1,8 @@
 """The fleet inventory: `fleet.toml`, validated with pydantic.
 
 Found at `--fleet`, else `$DROVER_FLEET`, else `$XDG_CONFIG_HOME/drover/fleet.toml`; with none, a built-in fleet
-that holds only `local`, so drover works with no file at all.  `fleet.example.toml` documents every key.
+that holds only `local`, so drover works with no file at all.  `drover fleet init` writes
+an example that documents every key (drover/fleet.example.toml, shipped with the package).
 """
 
 from __future__ import annotations
@@ -391,7 +392,7 @@ def _problems(path: Path, text: str, exc: ValidationError) -> list[str]:
         prefix = f"{path.name}:{line}" if line else path.name
         msg = err["msg"].removeprefix("Value error, ")  # our own validators' words, without pydantic's label
         if err["type"] == "extra_forbidden":
-            msg = "unknown key (see fleet.example.toml for the keys drover knows)"
+            msg = "unknown key (`drover fleet init --print` lists every key drover knows)"
         elif "input" in err and not isinstance(err["input"], dict | list):
             msg = f"{msg} (got {err['input']!r})"
         out.append(f"{prefix}: {where}: {msg}")

@@ -1,4 +1,4 @@
-"""Editing fleet.toml: `drover fleet add | remove`, the way a careful human would.
+"""Editing fleet.toml: `drover fleet init | add | remove`, the way a careful human would.
 
 Through tomlkit, so comments, key order and formatting survive; the result is validated exactly as
 `drover.fleet.load` will read it before it replaces the file; edits are serialised under an exclusive flock on a
@@ -277,3 +277,31 @@ def _replace(real: Path, text: str) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def example_text() -> str:
+    """The example fleet file shipped with the package: every key drover knows, with its default and meaning."""
+    from importlib.resources import files
+
+    return files("drover").joinpath("fleet.example.toml").read_text(encoding="utf-8")
+
+
+def commented_example() -> str:
+    """The example with every setting commented out: a valid fleet (just `local`) that documents every key, for
+    `drover fleet init`.  Uncommenting a line turns that setting on."""
+    head = (
+        "# Written by `drover fleet init`: every setting drover knows, commented out. Uncomment and edit what you\n"
+        "# need; `drover fleet show` checks the file, `drover fleet add NAME --ssh TARGET` adds a host.\n#\n"
+    )
+    lines = [line if not line.strip() or line.lstrip().startswith("#") else "# " + line for line in example_text().splitlines()]
+    return head + "\n".join(lines) + "\n"
+
+
+def init(text: str | None, path: Path, force: bool) -> str:
+    """The new text for `drover fleet init`: refused over an existing fleet file unless forced."""
+    if text and text.strip() and not force:
+        raise UsageError(
+            f"{path} exists already: drover fleet init writes a new file only",
+            hint="`drover fleet init --print` shows the commented example; --force replaces the file",
+        )
+    return commented_example()

@@ -84,9 +84,13 @@ class ClaudeSession:
 
 
 class ClaudeLab:
-    def __init__(self, root: Path, binary: Path, home: Path | None = None) -> None:
+    def __init__(self, root: Path, binary: Path, home: Path | None = None, socket: Path | None = None) -> None:
+        """`socket`: a tmux server of the lab's own (a lab that outlives one test: the test's own servers are
+        killed after it), else the default server of $TMUX_TMPDIR."""
         self.root = root
         self.binary = binary
+        self.socket = socket
+        self.prefix = ["tmux", "-S", str(socket)] if socket else ["tmux"]
         self.home = home or root / "home"
         self.config = self.home / ".claude"
         self.root.mkdir(parents=True, exist_ok=True)
@@ -95,8 +99,13 @@ class ClaudeLab:
         self._claude_json()
 
     def tmux(self, *args: str) -> str:
-        proc = subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=10)
+        proc = subprocess.run([*self.prefix, *args], capture_output=True, text=True, timeout=10)
         return proc.stdout
+
+    def close(self) -> None:
+        """Stop the lab's own tmux server, and every session in it."""
+        if self.socket is not None:
+            subprocess.run([*self.prefix, "kill-server"], capture_output=True, timeout=10)
 
     def settings(self, **values: Any) -> None:
         (self.config / "settings.json").write_text(json.dumps(values))
@@ -112,10 +121,23 @@ class ClaudeLab:
         }
         (self.home / ".claude.json").write_text(json.dumps(data))
 
-    def start(self, name: str, *, trust: bool = True, flags: str = "", wait: bool = True, **control: Any) -> ClaudeSession:
+    def start(
+        self,
+        name: str,
+        *,
+        trust: bool = True,
+        flags: str = "",
+        wait: bool = True,
+        project_settings: dict[str, Any] | None = None,
+        **control: Any,
+    ) -> ClaudeSession:
+        """`project_settings`: the session's own .claude/settings.json (a lab's sessions share the user's)."""
         n = len(self.sessions)
         cwd = self.root / (f"w{n}" if trust else f"untrusted{n}")
         cwd.mkdir()
+        if project_settings is not None:
+            (cwd / ".claude").mkdir()
+            (cwd / ".claude" / "settings.json").write_text(json.dumps(project_settings))
         session = ClaudeSession(self, name, cwd, "", self.root / f"{name}.control.json", self.root / f"{name}.requests.jsonl")
         session.set_control(**control)
         api = f"{sys.executable} {HERE / 'fake_anthropic.py'} --port 8765 --log {session.requests} --control {session.control}"
@@ -127,7 +149,23 @@ class ClaudeLab:
         inner = f"ip link set lo up && ({api} &) && sleep 0.3 && exec {env} {self.binary} --name {name} {flags}"
         command = f"unshare -n sh -c '{inner}'"
         proc = subprocess.run(
-            ["tmux", "new-session", "-d", "-P", "-F", "#{pane_id}", "-s", name, "-x", "160", "-y", "45", "-c", str(cwd), command],
+            [
+                *self.prefix,
+                "new-session",
+                "-d",
+                "-P",
+                "-F",
+                "#{pane_id}",
+                "-s",
+                name,
+                "-x",
+                "160",
+                "-y",
+                "45",
+                "-c",
+                str(cwd),
+                command,
+            ],
             capture_output=True,
             text=True,
             timeout=10,

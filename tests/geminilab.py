@@ -77,20 +77,41 @@ def binary_path() -> Path:
     return cache_dir() / "node_modules" / ".bin" / "gemini"
 
 
-def _node_major() -> int:
+# Node 20 as a binary in the npm registry, for machines whose own node is older (Debian bookworm ships Node 18).
+NODE_VERSION = "20.20.2"
+
+
+def _node_major(node: str = "node") -> int:
     try:
-        out = subprocess.run(["node", "--version"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout
         return int(out.strip().lstrip("v").split(".")[0])
     except (OSError, ValueError, subprocess.SubprocessError):
         return 0
 
 
+def node_binary() -> tuple[str | None, str]:
+    """(the node to run gemini-cli with, "") or (None, why there is none): this machine's own when it is 20 or
+    newer, else Node NODE_VERSION from the npm registry's `node-linux-*` package, installed once into the cache."""
+    if shutil.which("node") and _node_major() >= 20:
+        return "node", ""
+    arch = {"x86_64": "x64", "aarch64": "arm64"}.get(os.uname().machine)
+    if arch is None:
+        return None, f"gemini-cli needs Node >= 20; this node is older and npm has no Node for {os.uname().machine}"
+    prefix = cache_root() / f"node-{NODE_VERSION}"
+    path = prefix / "node_modules" / f"node-linux-{arch}" / "bin" / "node"
+    why = npm_install(f"node-linux-{arch}@{NODE_VERSION}", prefix, path)
+    if why:
+        return None, f"gemini-cli needs Node >= 20 and this node is older; {why}"
+    if _node_major(str(path)) < 20:
+        return None, f"{path} does not run"
+    return str(path), ""
+
+
 def ensure_binary() -> tuple[Path | None, str]:
     """(path to the `gemini` command, "") or (None, why it cannot run here)."""
-    if not shutil.which("node"):
-        return None, "node is not installed (gemini-cli needs Node >= 20)"
-    if _node_major() < 20:
-        return None, f"gemini-cli {VERSION} needs Node >= 20, this node is older"
+    node, why = node_binary()
+    if node is None:
+        return None, why
     path = binary_path()
     why = npm_install(PACKAGE, cache_dir(), path)
     if why:
@@ -239,7 +260,8 @@ class GeminiLab:
             env.append("COLORTERM=truecolor")
         if self.auth:
             env += [f"GEMINI_API_KEY={API_KEY}", f"GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:{PORT}"]
-        argv = " ".join(shlex.quote(a) for a in [*env, "node", str(self.binary)])
+        node = node_binary()[0] or "node"
+        argv = " ".join(shlex.quote(a) for a in [*env, node, str(self.binary)])
         # The fake API watches this shell's pid, which becomes gemini's: it exits with gemini.
         inner = f"ip link set lo up && {{ {api} & }} && sleep 0.3 && exec {argv}"
         command = f"unshare -n sh -c {shlex.quote(inner)}"

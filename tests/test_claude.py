@@ -126,7 +126,7 @@ def test_ls_shows_claude_sessions_and_a_killed_one_disappears(claude_lab: Any, c
     assert "stale Claude session record" in human.err
 
 
-def test_guard_refuses_the_real_trust_dialog_and_a_real_permission_dialog(claude_lab: Any, cli: Any) -> None:
+def test_guard_refuses_the_real_trust_dialog_and_a_real_permission_dialog(claude_lab: Any, cli: Any, isolated: Path) -> None:
     untrusted = claude_lab.start("trust-a", trust=False, wait=False)
     wait_for(lambda: "trust this folder" in untrusted.screen(), timeout=30, what="the trust dialog")
     res = cli("send", f"local:{untrusted.pane}", "1", "--json")
@@ -142,8 +142,14 @@ def test_guard_refuses_the_real_trust_dialog_and_a_real_permission_dialog(claude
     wait_for(lambda: asker.status() == "waiting", timeout=30, what="the permission prompt")
     wait_for(lambda: "Do you want to proceed?" in asker.screen(), timeout=10)
     pasted = send(asker, "yes", via="tmux")
-    assert (pasted.data["outcome"], pasted.data["code"]) == ("refused", "waiting"), pasted.data
-    assert "waiting for permission prompt" in pasted.data["detail"]
+    assert (pasted.data["outcome"], pasted.data["code"]) == ("refused", "native_lane"), pasted.data
+    # The owner's own words may go by paste (owner_relay): the guard refuses them too, Claude being at a dialog
+    fleet = isolated / "fleet.toml"
+    fleet.write_text("[hosts.local]\nowner_relay = true\n")
+    payload = {"id": asker.name, "text": "yes", "via": "tmux", "as_owner": True}
+    owner = drover.run("sessions.message", payload, actor=ACTOR, fleet_path=str(fleet))
+    assert (owner.data["outcome"], owner.data["code"]) == ("refused", "waiting"), owner.data
+    assert "waiting for permission prompt" in owner.data["detail"]
     # and the screen alone would have refused it too: the real dialog matches the claude profile
     screen = drover.run("guard.check", {"engine": "claude", "screen": asker.screen()})
     assert screen.data["state"] == "dialog" and screen.exit_code == 4
@@ -217,13 +223,17 @@ def test_line_over_the_inbox_limit_is_refused_before_sending(claude_lab: Any) ->
     stays(lambda: s.peer_messages() == [], 1, "nothing reaching Claude")
 
 
-def test_via_tmux_types_into_an_idle_claude(claude_lab: Any) -> None:
+def test_via_tmux_is_refused_and_only_the_owners_own_words_are_typed(claude_lab: Any, isolated: Path) -> None:
     s = claude_lab.start("typed-a")
     doc = send(s, "typed by drover", via="tmux")
-    assert (doc.data["outcome"], doc.data["lane"]) == ("delivered", "tmux"), doc.data
-    wait_for(
-        lambda: any(r.get("type") == "user" and "typed by drover" in json.dumps(r.get("message", {})) for r in s.transcript()),
-        timeout=20,
-        what="the typed prompt in the transcript",
-    )
+    assert (doc.data["outcome"], doc.data["code"], doc.exit_code) == ("refused", "native_lane", 4), doc.data
+    assert "reach it through its inbox: drop --via tmux" in doc.data["detail"]
+    fleet = isolated / "fleet.toml"
+    fleet.write_text("[hosts.local]\nowner_relay = true\n")
+    payload = {"id": s.name, "text": "typed for its owner", "via": "tmux", "as_owner": True}
+    owner = drover.run("sessions.message", payload, actor=ACTOR, fleet_path=str(fleet))
+    assert (owner.data["outcome"], owner.data["lane"], owner.data["verified"]) == ("delivered", "tmux", True), owner.data
+    assert "altered" not in owner.data, owner.data["verification"]  # Claude's own <pasted_content> wrapper
+    typed = [r for r in s.transcript() if r.get("type") == "user" and "typed for its owner" in json.dumps(r.get("message"))]
+    assert len(typed) == 1 and "typed by drover" not in json.dumps(s.transcript())
     assert s.peer_messages() == []  # typed, not through the inbox

@@ -234,3 +234,14 @@ def test_help_says_what_guard_check_exits_with(cli: Any) -> None:
     assert "guard check: 0 a paste would go ahead, 4 the guard would refuse" in top
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert '.venv/bin/python -m pytest -m "not slow"' in readme
+
+
+def test_a_usage_error_points_at_the_help_of_the_command_that_was_mistyped(cli: Any) -> None:
+    for args, where in (
+        (["send"], "drover send --help"),
+        (["fleet", "add"], "drover fleet add --help"),
+        (["ls", "--no-such-option"], "drover ls --help"),
+        (["no-such-command"], "drover --help"),
+    ):
+        res = cli(*args)
+        assert res.code == 2 and f"(see `{where}`)" in res.err, (args, res.err)

@@ -5,7 +5,8 @@ custom provider pointing at a loopback fake Responses API (tests/codexlab.py).  
 through the lab's app-server, queues with the `codex` on the TUI's own PATH, and looks for drover's message id in
 the rollout.  The hostile cases: a thread that is not loaded and an `exec` thread (refused, never pasted instead),
 an approval dialog (left alone), an oversized text (refused before anything runs), text that looks like an
-envelope or a dialog, `codex` missing from PATH, and a `codex queue` that hangs.
+envelope or a dialog, `codex` missing from PATH (a failure, never a paste instead), a paste asked for (refused
+`native_lane`), and a `codex queue` that hangs.
 """
 
 from __future__ import annotations
@@ -202,9 +203,9 @@ def test_an_approval_dialog_is_left_alone_and_the_message_runs_after_it(
     assert s.screen().splitlines()[-8:] == before.splitlines()[-8:]
     status = codex.read_thread(str(lab.codex_home), s.thread_id)
     assert status is not None and status["status"] == {"type": "active", "activeFlags": ["waitingOnApproval"]}
-    # The tmux lane refuses the same pane: a paste could answer the dialog.
+    # No paste goes to a thread that has its queue (it could answer the dialog, among other things).
     code, pasted = send(cli, f"local:{s.pane}", "y, via tmux", "--via", "tmux")
-    assert code == 4 and pasted["code"] == "dialog", pasted
+    assert code == 4 and pasted["code"] == "native_lane", pasted
     # The human approves (the dialog's own key): the command runs, the turn ends, then the queued message runs
     # as its own turn.  (Measured: after Esc the message stays in Codex's queue until the next turn ends.)
     s.keys("y")
@@ -224,7 +225,11 @@ def test_oversized_text_is_refused_before_anything_runs(lab: CodexLab, seen: Non
     code, data = send(cli, f"local:{s.pane}", "x" * (130 * 1024))
     assert code == 4, data
     assert (data["outcome"], data["code"], data["lane"]) == ("refused", "too_large", "queue"), data
-    assert "--via tmux" in data["detail"]
+    assert "send it shorter" in data["detail"] and "--via tmux" not in data["detail"], data["detail"]
+    # Native first, and only: a TUI whose thread is loaded gets no paste, not even a short one
+    code, data = send(cli, f"local:{s.pane}", "a short one, by paste", "--via", "tmux")
+    assert code == 4 and (data["outcome"], data["code"], data["lane"]) == ("refused", "native_lane", "tmux"), data
+    assert "drop --via tmux" in data["detail"] and "queue" in data["detail"]
     stays(lambda: len(lab.turns()) == turns and s.screen() == screen, 1.0, "nothing sent")
     assert rollout_turns(s) == []
 
@@ -236,21 +241,23 @@ def test_the_argument_limit_is_counted_in_bytes_of_the_whole_argument() -> None:
 
 
 @pytest.mark.slow
-def test_no_codex_on_path_falls_back_to_the_guarded_paste_or_fails_clearly(
+def test_no_codex_on_path_fails_clearly_and_is_never_pasted_around(
     lab: CodexLab, seen: None, cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Issue 15 changed this: `auto` used to fall back to the guarded paste here; the thread's queue being its way
+    in, it now fails as --via queue does, saying what to do."""
     s = start(lab, "q-nopath", path="/usr/bin:/bin")  # the TUI itself runs from an absolute path
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # the helper's PATH has none either
+    screen = s.screen()
     code, data = send(cli, f"local:{s.pane}", "only by --via queue", "--via", "queue")
     assert code == 5, data
     assert (data["outcome"], data["code"], data["lane"]) == ("failed", "queue_unavailable", "queue")
     assert not data.get("indeterminate")
-    assert rollout_turns(s) == []
-    code, data = send(cli, f"local:{s.pane}", "by guarded paste instead")
-    assert code == 0, data
-    assert (data["outcome"], data["lane"]) == ("delivered", "tmux") and "no `codex queue` here" in data["detail"]
-    wait_for(lambda: any("by guarded paste instead" in m for t in rollout_turns(s) for m in t), 20, "the pasted turn")
-    s.wait_idle()
+    code, data = send(cli, f"local:{s.pane}", "not by guarded paste instead")
+    assert code == 5, data
+    assert (data["outcome"], data["code"], data["lane"]) == ("failed", "queue_unavailable", "queue"), data
+    assert "does not paste instead" in data["detail"] and "PATH" in data["detail"], data["detail"]
+    stays(lambda: s.screen() == screen and rollout_turns(s) == [], 1.0, "nothing typed, nothing run")
 
 
 @pytest.mark.slow

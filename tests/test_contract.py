@@ -32,6 +32,7 @@ OPS = {
         "replace",
     ],
     "fleet.check": ["hosts", "tags"],
+    "fleet.init": ["force", "print_only"],
     "fleet.remove": ["name"],
     "fleet.show": [],
     "guard.check": ["engine", "screen"],

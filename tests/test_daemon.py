@@ -23,9 +23,9 @@ import pytest
 import drover
 from drover.daemon import paths
 from tests.conftest import CliResult, Tmux, drover_process, helper_pids, remote_agent, stays, wait_for
+from tests.imports import foreign, importtime_modules
 from tests.sshfleet import SSHD, SSHFleet
 
-STDLIB = set(sys.stdlib_module_names)
 SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's interpreter may live where another user cannot run it
 FRONT = {"drover", "drover.fast", "drover.daemon", "drover.daemon.client", "drover.daemon.paths", "drover.daemon.protocol"}
 
@@ -124,11 +124,8 @@ def test_the_hot_path_imports_only_the_standard_library(persistent: Path, tmux: 
         env=os.environ,
     )
     assert proc.returncode == 0 and json.loads(proc.stdout)["data"]["sessions"][0]["name"] == "lean", proc.stderr[-500:]
-    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    foreign = {m for m in imported if m.split(".")[0] not in STDLIB and m not in FRONT and not m.startswith("_")}
-    # The editable install's finder is site's, not drover's (a normal install has none).
-    foreign = {m for m in foreign if not m.startswith(("__editable__", "_distutils_hack", "sitecustomize", "imported package"))}
-    assert foreign == set(), foreign
+    outside = foreign(importtime_modules(proc.stderr), FRONT)
+    assert outside == set(), outside
     assert status()["served"] >= 1
 
 
@@ -233,23 +230,26 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 60) -> CliResult:
     return CliResult(proc.returncode, out, err)
 
 
-def _wait_in_the_daemon(tmux: Tmux, name: str, busy_s: str, timeout: str) -> tuple[int, subprocess.Popen[str]]:
-    """An agent kept busy for busy_s, a daemon, and a `drover wait --until idle` at work in it: (the daemon's pid,
-    the waiting client)."""
-    pane = tmux.agent(name, "default", "--busy-after-message", busy_s)
-    assert drover_process("send", pane.address, "keep busy", env={"DROVER_DAEMON": "0"}).code == 0
+def _wait_in_the_daemon(tmux: Tmux, name: str, timeout: str) -> tuple[int, subprocess.Popen[str], Any]:
+    """An agent in a turn that runs until the test ends it (SIGUSR2 again), a daemon, and a `drover wait --until idle`
+    at work in it: (the daemon's pid, the waiting client, the pane).  Not a timed turn: on a loaded machine the wait
+    could start after it ended."""
+    pane = tmux.agent(name)
+    os.kill(pane.pid, signal.SIGUSR2)
     assert drover_process("daemon", "start").code == 0
     pid = status()["pid"]
     waiting = _background("wait", pane.address, "--until", "idle", "--timeout", timeout)
     wait_for(lambda: status()["active"] == 1, what="the wait to run in the daemon")
-    return pid, waiting
+    return pid, waiting, pane
 
 
 def test_a_daemon_killed_mid_request_falls_back_for_a_wait(persistent: Path, tmux: Tmux) -> None:
-    pid, waiting = _wait_in_the_daemon(tmux, "waiter", "6", "60")
+    pid, waiting, pane = _wait_in_the_daemon(tmux, "waiter", "60")
     os.kill(pid, signal.SIGKILL)
     # The client runs the wait itself (waiting changes nothing: running it again is harmless), and it ends as a
     # direct wait does, once the agent is idle again.
+    stays(lambda: waiting.poll() is None, 0.5, what="the direct wait waiting for the turn")
+    os.kill(pane.pid, signal.SIGUSR2)
     done = _finish(waiting)
     assert done.code == 0 and "is idle" in done.out and done.err == "", done
     assert not alive(pid)
@@ -618,8 +618,8 @@ def test_a_commands_help_is_the_direct_help_byte_for_byte(persistent: Path, args
 
 
 def test_stdin_read_for_a_daemon_that_died_is_read_again_by_the_direct_run(persistent: Path, tmux: Tmux) -> None:
-    pane = tmux.agent("piped", "default", "--busy-after-message", "6")
-    assert drover_process("send", pane.address, "keep busy", env={"DROVER_DAEMON": "0"}).code == 0
+    pane = tmux.agent("piped")
+    os.kill(pane.pid, signal.SIGUSR2)  # a turn that runs until the test ends it: however slow the machine, the wait waits
     assert drover_process("daemon", "start").code == 0
     pid = status()["pid"]
     request = json.dumps({"id": pane.address, "until": "idle", "timeout_s": 60})
@@ -638,6 +638,8 @@ def test_stdin_read_for_a_daemon_that_died_is_read_again_by_the_direct_run(persi
     wait_for(lambda: status()["active"] == 1, what="the wait to run in the daemon")
     stays(lambda: proc.poll() is None, 0.5, what="the wait under way (its stdin read by the daemon)")
     os.kill(pid, signal.SIGKILL)
+    stays(lambda: proc.poll() is None, 0.5, what="the direct run waiting in turn")
+    os.kill(pane.pid, signal.SIGUSR2)  # the turn ends
     done = _finish(proc)
     # The direct run read the same request (not an empty stdin) and waited as the daemon would have.
     assert done.code == 0 and json.loads(done.out)["ok"] is True, done
@@ -702,7 +704,7 @@ def test_an_overlong_runtime_dir_is_not_used_for_the_socket(monkeypatch: pytest.
 
 
 def test_a_stopped_daemon_is_given_up_on_mid_wait_and_said_to_be_not_answering(persistent: Path, tmux: Tmux) -> None:
-    pid, waiting = _wait_in_the_daemon(tmux, "sleepy", "120", "3")
+    pid, waiting, _pane = _wait_in_the_daemon(tmux, "sleepy", "3")
     os.kill(pid, signal.SIGSTOP)
     try:
         # No heartbeat from the daemon: the client gives up on it and runs the wait itself, which times out as a

@@ -188,3 +188,39 @@ def test_local_work_never_imports_asyncssh(tmux: Tmux) -> None:
         assert proc.returncode == 0, proc.stderr[-500:]
         imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
         assert "asyncssh" not in imported, args
+
+
+def test_a_session_with_an_inbox_gets_no_paste_not_even_to_finish_one_but_the_owners(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lane choice itself, on the host: a Claude registry record that names an inbox socket (a live process
+    holds the record; the socket file is gone) refuses `--via tmux` and the retry's finish of a pasted message
+    (`native_lane`), and `auto` fails `socket_missing` rather than falling back; only the owner's words pass the
+    rule (and then meet the lane's own checks: this session has no pane)."""
+    import json
+
+    from drover.remote import protocol as P
+    from drover.remote.main import handle
+
+    sessions = isolated / "claude" / "sessions"
+    sessions.mkdir(parents=True)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(sessions.parent))
+    holder = tmux.start("holder", "sleep 600")
+    pid = int(holder.tmux("display-message", "-p", "-t", holder.id, "#{pane_pid}").strip())
+    start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    record = {"pid": pid, "sessionId": "0a1b2c3d-0000-1111-2222-333344445555", "procStart": start, "name": "inboxed"}
+    record["messagingSocketPath"] = str(isolated / "gone.sock")
+    (sessions / f"{pid}.json").write_text(json.dumps(record))
+
+    def deliver(**args: Any) -> dict[str, Any]:
+        answer = handle({"helper": P.PROTOCOL, "op": "deliver", "args": {"target": "inboxed", "text": "hi", **args}})
+        return dict(answer.get("data") or answer["error"])
+
+    for args in ({"lane": "tmux"}, {"finish": True}, {"lane": "tmux", "finish": True}):
+        out = deliver(**args)
+        assert (out["outcome"], out["code"], out["lane"]) == ("refused", "native_lane", "tmux"), (args, out)
+        assert ("clear it or submit it there" in out["detail"]) == bool(args.get("finish")), out["detail"]
+    auto = deliver(receipt_wait_s=0.1)
+    assert (auto["outcome"], auto["code"], auto["lane"]) == ("failed", "socket_missing", "inbox"), auto
+    owner = deliver(lane="tmux", as_owner=True)
+    assert owner["code"] == "bad_lane" and "no tmux pane" in owner["message"], owner

@@ -107,6 +107,55 @@ def test_fleet_add_show_remove(cli: Any, isolated: Path) -> None:
     assert missing.code == 6 and "not in" in missing.err
 
 
+def test_fleet_init_writes_every_key_commented_out_and_never_over_a_fleet(cli: Any, isolated: Path) -> None:
+    path = isolated / "config" / "drover" / "fleet.toml"
+    res = cli("fleet", "init")
+    assert res.code == 0 and str(path) in res.out, res.err
+    text = path.read_text(encoding="utf-8")
+    # Every key of the shipped example, each one commented out: a valid fleet of just `local`.
+    example = (ROOT / "drover" / "fleet.example.toml").read_text(encoding="utf-8")
+    settings = [line for line in example.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert settings and all(f"# {line}" in text for line in settings)
+    assert fleet_mod.parse(text, path).host_names() == ["local"]
+    assert cli("fleet", "show", "--json").json()["data"]["hosts"] == ["local"]
+    # Uncommenting a host turns it on.
+    path.write_text(text.replace("# [hosts.box-a]", "[hosts.box-a]", 1), encoding="utf-8")
+    assert "box-a" in cli("fleet", "show", "--json").json()["data"]["hosts"]
+    # Never over an existing file unless asked; the file is left as it was.
+    before = path.read_text(encoding="utf-8")
+    again = cli("fleet", "init")
+    assert again.code == 2 and "exists already" in again.err and "--force" in again.err
+    assert path.read_text(encoding="utf-8") == before
+    assert cli("fleet", "init", "--force").code == 0 and path.read_text(encoding="utf-8") == text
+    printed = cli("fleet", "init", "--print")
+    assert printed.code == 0 and printed.out == text
+
+
+def test_an_unknown_key_points_at_a_command_that_shows_the_keys(cli: Any, isolated: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "fleet.toml"
+    bad.write_text("[defaults]\nconect_timeout = 3\n", encoding="utf-8")
+    with pytest.raises(FleetInvalid) as exc:
+        fleet_mod.load(bad)
+    assert "`drover fleet init --print`" in str(exc.value.problems)
+    assert "connect_timeout" in cli("fleet", "init", "--print").out
+
+
+def test_the_installed_package_ships_the_example(tmp_path: Path) -> None:
+    """A wheel carries fleet.example.toml, so `drover fleet init` works outside a clone."""
+    import zipfile
+
+    out = tmp_path / "wheel"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-800:]
+    (wheel,) = out.glob("drover-*.whl")
+    assert "drover/fleet.example.toml" in zipfile.ZipFile(wheel).namelist()
+
+
 def test_unreadable_fleet_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         fleet_mod.load(tmp_path / "nope.toml")

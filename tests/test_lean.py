@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.imports import foreign, importtime_modules
 
-STDLIB = set(sys.stdlib_module_names)
-FRONT = {"drover", "drover.fast"}
 HEAVY = ("typer", "click", "rich", "pydantic", "asyncssh", "tomlkit", "drover.cli", "drover.ops")
 
 
@@ -28,8 +27,7 @@ def drover(*args: str, columns: int = 100, importtime: bool = False) -> tuple[in
         env={**os.environ, "COLUMNS": str(columns)},
         cwd=str(ROOT),
     )
-    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    return proc.returncode, proc.stdout, imported - {"imported package"}
+    return proc.returncode, proc.stdout, importtime_modules(proc.stderr)
 
 
 def typer_help(columns: int) -> str:
@@ -45,12 +43,6 @@ def typer_help(columns: int) -> str:
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
-
-
-def foreign(imported: set[str]) -> set[str]:
-    """Modules that are neither the standard library nor the front (site's editable-install finder aside)."""
-    site = ("__editable__", "_distutils_hack", "sitecustomize")
-    return {m for m in imported if m.split(".")[0] not in STDLIB and m not in FRONT and not m.startswith(("_", *site))}
 
 
 def test_version_imports_only_the_standard_library() -> None:

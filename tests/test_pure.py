@@ -79,6 +79,7 @@ PINNED_CODES = {
         "generating",
         "input_off",
         "multiline_unbracketed",
+        "native_lane",
         "not_an_agent",
         "not_at_prompt",
         "not_foreground",
@@ -347,3 +348,30 @@ def test_a_record_with_text_after_the_envelope_is_verified_and_said_altered(tmp_
     # Another message's envelope, or none: not ours, and nothing said about it.
     log.write_text(json.dumps({"type": "message", "text": envelope("x", "t", session="msg_9999") + "Z"}) + "\n")
     assert verify.find({"engine": "demo"}, {"msg_id": "msg_0123"}, "tmux")["found"] is False
+
+
+def test_claudes_own_pasted_content_wrapper_is_not_text_drover_did_not_send(tmp_path: Any, monkeypatch: Any) -> None:
+    """Claude Code records a paste inside a tag of its own (as 2.1.328 wrote it): its closing half follows drover's
+    envelope, and is Claude's, not a key someone typed; anything after it still is."""
+    import json
+
+    from drover.remote import verify
+    from drover.remote.text import envelope
+
+    sent = envelope("line one\nline two", "tester", session="msg_0123")
+    log = tmp_path / "transcript.jsonl"
+    monkeypatch.setattr(verify, "records_of", lambda session: [str(log)])
+
+    def seen_with(content: str) -> dict[str, Any]:
+        log.write_text(json.dumps({"type": "user", "message": {"role": "user", "content": content}}) + "\n")
+        return verify.find({"engine": "claude"}, {"msg_id": "msg_0123"}, "tmux")
+
+    wrapped = '\n\n<pasted_content id="f6ca">\n' + sent + '\n</pasted_content id="f6ca">\n'
+    seen = seen_with(wrapped)
+    assert seen["found"] is True and "altered" not in seen, seen
+    assert "altered" not in seen_with("<pasted_content>\n" + sent + "\n</pasted_content>")
+    # a key typed after it is still said, and so is a closing tag that is not the wrapper's own
+    seen = seen_with(wrapped.rstrip("\n") + "Z")
+    assert seen["altered"] is True and "'Z'" in seen["how"], seen
+    assert seen_with('<pasted_content id="f6ca">\n' + sent + '\n</pasted_content id="0000">')["altered"] is True
+    assert seen_with(sent + '\n</pasted_content id="f6ca">')["altered"] is True

@@ -127,14 +127,23 @@ def test_claude_inbox_kill_9_then_retry_lands_exactly_once(claude_lab: Any, step
 
 
 @pytest.mark.parametrize("step", ["after_paste", "after_enter"])
-def test_claude_tmux_lane_kill_9_then_retry_lands_exactly_once(claude_lab: Any, step: str) -> None:
+def test_claude_tmux_lane_kill_9_then_retry_lands_exactly_once(
+    claude_lab: Any, step: str, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The owner's own words are the only paste a Claude with an inbox gets (owner_relay on).
+    fleet = isolated / "fleet.toml"
+    fleet.write_text("[hosts.local]\nowner_relay = true\n")
+    monkeypatch.setenv("DROVER_FLEET", str(fleet))
     s = claude_lab.start(f"kt-{step.replace('_', '-')}")
     text = f"typed, killed {step}"
-    proc = killed_send(f"local:{s.name}", text, step, "--via", "tmux")
+    proc = killed_send(f"local:{s.name}", text, step, "--via", "tmux", "--as-owner")
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     msg = only_pending()
+    if step == "after_enter":  # Enter went: let the turn it started run (a retry while it is busy says so and waits)
+        wait_for(lambda: typed_turns(s, msg["id"]) >= 1, timeout=30, what="the typed turn")
+    wait_for(lambda: s.status() == "idle", timeout=30)
     doc = drover.run("messages.retry", {"id": msg["id"]})
-    assert doc.data["outcome"] in ("delivered", "queuedBehindTurn"), doc.data
+    assert doc.data["outcome"] in ("delivered", "queuedBehindTurn"), (doc.data.get("code"), doc.data.get("detail"))
     wait_for(lambda: typed_turns(s, msg["id"]) >= 1, timeout=20, what="the typed turn")
     stays(lambda: typed_turns(s, msg["id"]) == 1, 2, "exactly one typed turn")
 
@@ -200,7 +209,7 @@ def test_kill_9_of_the_sender_mid_ssh_then_retry_lands_exactly_once(sshfleet: An
     msg = drover.run("messages.list", {}).data["messages"][-1]
     assert msg["pending"] is True
     doc = drover.run("messages.retry", {"id": msg["id"]})
-    assert doc.data["outcome"] in ("delivered", "queuedBehindTurn"), doc.data
+    assert doc.data["outcome"] in ("delivered", "queuedBehindTurn"), (doc.data.get("code"), doc.data.get("detail"))
     wait_for(lambda: any("killed mid-ssh" in m for m in pane.messages()), timeout=20)
     stays(lambda: sum("killed mid-ssh" in m for m in pane.messages()) == 1, 1.0, what="exactly one copy on h2")
 

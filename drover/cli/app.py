@@ -89,7 +89,10 @@ ActorOpt = Annotated[
 ]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="show tracebacks for internal errors", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the op's JSON document instead of a table")]
-VIA_HELP = "lane: auto (inbox for Claude, queue for a Codex thread, else tmux), inbox, queue, or tmux"
+VIA_HELP = (
+    "lane: auto (inbox for Claude, queue for a Codex thread, else tmux), inbox, queue, or tmux (refused, native_lane, "
+    "for a session that has an inbox or a queue: only --as-owner pastes there)"
+)
 
 
 def common(fleet: str | None = None, actor: str | None = None, debug: bool = False) -> None:

@@ -96,7 +96,8 @@ def send(
 ) -> None:
     """Deliver a message to one session. Refuses panes showing a dialog; records every message.
 
-    Claude Code sessions get it in their own inbox (no tmux involved); anything else in tmux by guarded paste.
+    Claude Code sessions get it in their own inbox, a Codex thread in its queue (no tmux involved, never a paste
+    instead: --via tmux there is refused unless --as-owner); anything else in tmux by guarded paste.
     Agent engines get the text inside a <cross-session-message from-name="drover (ACTOR)" from-mode="prompting">
     envelope. A pane that runs no agent gets nothing unless --raw, and then the raw text only at its shell's own
     prompt (never into less, vim, a REPL or an rm -i question). Never over a person's unsent draft. Control

@@ -1,4 +1,4 @@
-"""`drover fleet show | add | remove | check`: thin fronts over the fleet.* ops."""
+"""`drover fleet show | init | add | remove | check`: thin fronts over the fleet.* ops."""
 
 from __future__ import annotations
 
@@ -15,6 +15,30 @@ def show(as_json: JsonOpt = False, fleet: FleetOpt = None, actor: ActorOpt = Non
     """Validate the fleet file and show its hosts (with none, the built-in fleet: just `local`)."""
     common(fleet, actor, debug)
     finish(run("fleet.show", {}), as_json, render.fleet_show)
+
+
+@fleet_app.command("init")
+def init(
+    force: Annotated[bool, typer.Option("--force", help="replace an existing fleet file")] = False,
+    print_only: Annotated[bool, typer.Option("--print", help="print the commented example instead of writing it")] = False,
+    as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    actor: ActorOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Write a fleet file that documents every key, all commented out (a valid fleet: just `local`).
+
+    Example: drover fleet init && $EDITOR ~/.config/drover/fleet.toml
+    """
+    common(fleet, actor, debug)
+
+    def said(data: dict[str, Any]) -> None:
+        if data.get("text") is not None:
+            render.out.file.write(data["text"])
+        else:
+            render.out.print(f"wrote {data['path']}: every setting, commented out; `drover fleet show` checks it", markup=False)
+
+    finish(run("fleet.init", {"force": force, "print_only": print_only}), as_json, said)
 
 
 @fleet_app.command("add")

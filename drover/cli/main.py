@@ -46,7 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.INTERRUPTED
     except USAGE_ERRORS as exc:
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        render.err.print("drover: " + render.safe(f"{message} (see `drover --help`)"), style="red")
+        # The help of the command that was mistyped (`drover fleet add --help`), not the top level's.
+        ctx = getattr(exc, "ctx", None)
+        where = getattr(ctx, "command_path", "") or "drover"
+        render.err.print("drover: " + render.safe(f"{message} (see `{where} --help`)"), style="red")
         return ExitCode.USAGE
     except DroverError as exc:
         if state.debug:

@@ -1,4 +1,4 @@
-"""fleet.show / fleet.add / fleet.remove: read and edit `fleet.toml`, keeping its comments.
+"""fleet.show / fleet.init / fleet.add / fleet.remove: read and edit `fleet.toml`, keeping its comments.
 
 The edits themselves (tomlkit, the lock, the validation, the atomic replace) live in `drover.fleet`; these ops
 name what to change and answer the standard document.
@@ -38,6 +38,11 @@ class AddRequest(Request):
     replace: bool = Field(False, description="overwrite a host of that name (its other keys are dropped)")
 
 
+class InitRequest(Request):
+    force: bool = Field(False, description="replace an existing fleet file")
+    print_only: bool = Field(False, description="answer the example's text instead of writing it")
+
+
 class RemoveRequest(Request):
     name: str = Field(..., description="the host to remove")
 
@@ -53,6 +58,15 @@ async def fleet_show(ctx: Context, req: ShowRequest) -> Result:
             "fleet": fleet.model_dump(mode="json"),
         }
     )
+
+
+@op("fleet.init", InitRequest, "write a commented fleet.toml documenting every key", "drover fleet init")
+async def fleet_init(ctx: Context, req: InitRequest) -> Result:
+    if req.print_only:
+        return Result({"path": None, "text": fleet_file.commented_example()})
+    fleet, path, created = fleet_file.edit(ctx.fleet_path, lambda text, p: fleet_file.init(text, p, req.force))
+    ctx.forget_fleet()
+    return Result({"path": str(path), "created": created, "hosts": fleet.host_names()})
 
 
 @op("fleet.add", AddRequest, "add a host to fleet.toml (created if missing), keeping its comments", "drover fleet add")

@@ -185,22 +185,51 @@ def _argv_mode(pid: int) -> Optional[str]:
     return None
 
 
+def _setting(path: str, key: str) -> Any:
+    """One top-level key of a Claude settings file, or None (no file, not JSON, no such key)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data.get(key) if isinstance(data, dict) else None
+
+
+def _project_settings(cwd: str) -> List[str]:
+    return [os.path.join(cwd, ".claude", "settings.local.json"), os.path.join(cwd, ".claude", "settings.json")]
+
+
 def _settings_mode(cwd: str) -> Optional[str]:
     """permissions.defaultMode from the settings a session starts with: the project's, then the user's."""
-    for path in (
-        os.path.join(cwd, ".claude", "settings.local.json"),
-        os.path.join(cwd, ".claude", "settings.json"),
-        os.path.join(claude_dir(), "settings.json"),
-    ):
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            continue
-        mode = data.get("permissions", {}).get("defaultMode") if isinstance(data, dict) else None
+    for path in _project_settings(cwd) + [os.path.join(claude_dir(), "settings.json")]:
+        permissions = _setting(path, "permissions")
+        mode = permissions.get("defaultMode") if isinstance(permissions, dict) else None
         if isinstance(mode, str):
             return mode
     return None
+
+
+MANAGED_SETTINGS = "/etc/claude-code/managed-settings.json"
+INBOUND_RANK = {"accept": 0, "hold": 1, "refuse": 2}
+
+
+def inbound_setting(cwd: str) -> Tuple[Optional[str], Optional[str]]:
+    """(crossSessionInbound as a session in `cwd` reads it, the file that sets it), or (None, None) when unset.
+
+    As Claude Code 2.1.328 reads it (live, without a restart): the managed settings, else the user's; a project's
+    own settings (.claude/settings.local.json, .claude/settings.json) can only tighten that (accept < hold < refuse).
+    Said to explain a receipt, never to decide one: the receiver decides."""
+    value, where = None, None  # type: Optional[str], Optional[str]
+    for path in (MANAGED_SETTINGS, os.path.join(claude_dir(), "settings.json")):
+        found = _setting(path, "crossSessionInbound")
+        if found in INBOUND_RANK:
+            value, where = found, path
+            break
+    for path in _project_settings(cwd) if cwd else []:
+        found = _setting(path, "crossSessionInbound")
+        if found in INBOUND_RANK and INBOUND_RANK[found] > INBOUND_RANK[value or "accept"]:
+            value, where = found, path
+    return value, where
 
 
 def permission_class(session: Dict[str, Any]) -> Tuple[str, Optional[str], Optional[str]]:

@@ -87,7 +87,8 @@ def deliver(session: Session, payload: str, args: Dict[str, Any]) -> Outcome:
     if not fits(payload):
         detail = (
             "the message is %d bytes enveloped; `codex queue` takes its text as one argument, at most %d bytes: "
-            "send it shorter, or by guarded paste (--via tmux)" % (len(payload.encode("utf-8")), ARG_MAX_BYTES - len(FLAG) - 1)
+            "send it shorter (put the long part in a file and send its path)"
+            % (len(payload.encode("utf-8")), ARG_MAX_BYTES - len(FLAG) - 1)
         )
         return refusal(P.TOO_LARGE, detail, session)
     # The status right now, not the listing's: a turn may have started or ended since.

@@ -2,7 +2,7 @@
 and what the text looks like when it leaves (neutralised, and enveloped for agents).  The lanes only carry it.
 """
 
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from . import claude, codex_queue, inbox, tmux_lane, verify
 from . import protocol as P
@@ -32,6 +32,71 @@ def _wants_envelope(session: Session, profiles: Profiles) -> bool:
     return bool(profiles.get(session["engine"], {}).get("envelope"))
 
 
+def native_lane(session: Session) -> Optional[str]:
+    """The engine's own way in, when this session has one: `inbox` (a Claude Code session whose registry record names
+    its inbox socket) or `queue` (a Codex TUI whose loaded thread drover found).  An engine too old to have one -- a
+    Claude whose record names no socket, a Codex with no app-server -- has none, and keeps the guarded paste."""
+    for lane in ("inbox", "queue"):
+        if lane in session["lanes"]:
+            return lane
+    return None
+
+
+NATIVE = {
+    "inbox": (
+        "%s is a Claude Code session with an inbox of its own: Claude decides what it takes, holds for its human or "
+        "refuses -- its permission class, plan mode, a shift+tab since its last turn, crossSessionInbound, held "
+        "messages -- and a paste would go around all of that, arriving as its human's own typing"
+    ),
+    "queue": (
+        "%s is a Codex TUI whose thread is loaded: `codex queue` is its own way in (the thread runs the message as a "
+        "turn of its own and leaves its dialogs alone), and a paste would type into its composer instead"
+    ),
+}
+NATIVE_NAME = {"inbox": "its inbox", "queue": "its thread's queue"}
+OWNER = "only the owner's own words go by paste (--as-owner --via tmux, where the host allows owner relay)"
+
+
+def native_only(session: Session, native: str, finishing: bool) -> Dict[str, Any]:
+    """The refusal of a paste to a session that has a lane of its own: why, and how to reach it instead."""
+    why = NATIVE[native] % brief(session)
+    if finishing:
+        how = (
+            "a message left pasted in its input box is not submitted by drover either: clear it or submit it there; "
+            "send again without --via tmux to reach it through %s" % NATIVE_NAME[native]
+        )
+    else:
+        how = "reach it through %s: drop --via tmux" % NATIVE_NAME[native]
+    return tmux_lane.refusal(P.NATIVE_LANE, "refused: %s. %s; %s" % (why, how, OWNER), session)
+
+
+def _no_lane(session: Session, lane: str, why: str) -> HelperError:
+    native = native_lane(session)
+    how = "use %s (drop --via)" % NATIVE_NAME[native] if native else "use --via tmux"
+    return HelperError(P.BAD_LANE, "%s has no %s: %s; %s" % (brief(session), lane, why, how))
+
+
+# What to do when the session's own lane cannot be used right now: said with the failure, never a paste instead.
+UNUSABLE = {
+    P.SOCKET_MISSING: (
+        "; Claude Code listens there for as long as the session runs, so it is exiting or something removed the file "
+        "(a /tmp cleaner?): nothing was sent, and drover does not paste instead, the inbox being this session's way "
+        "in. Restart the session (claude --resume) for a new inbox and send again; "
+    ),
+    P.QUEUE_UNAVAILABLE: (
+        "; drover does not paste instead, the thread's queue being this session's way in. Put a `codex` that has "
+        "`codex queue` on the PATH the TUI runs with (or the helper's) and send again; "
+    ),
+}
+
+
+def _unusable(outcome: Dict[str, Any]) -> Dict[str, Any]:
+    what = UNUSABLE.get(str(outcome.get("code")))
+    if what:
+        outcome["detail"] = "%s%s%s" % (outcome.get("detail", ""), what, OWNER)
+    return outcome
+
+
 def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     text = args.get("text")
     if not isinstance(text, str) or not text.strip():
@@ -44,6 +109,11 @@ def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     if expect and expect != session["engine"]:
         detail = "the session runs %s, not %s" % (session["engine"], expect)
         return tmux_lane.refusal(P.ENGINE_MISMATCH, detail, session)
+    # Native first, and only: where the engine has a lane of its own, it decides; no paste goes around it, whatever
+    # drover itself would make of the screen or the transcript.  The owner relaying their own words is the exception.
+    native = native_lane(session)
+    if native and (lane == "tmux" or args.get("finish")) and not args.get("as_owner"):
+        return native_only(session, native, bool(args.get("finish")))
     actor = args.get("actor") or "unknown"
     mode, evidence = declared_class(session, args)
     # Not keystrokes on the inbox lane, but the receiver draws the text in a terminal: neutralised on every lane.
@@ -54,30 +124,22 @@ def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         if pane is None:
             raise HelperError(P.BAD_LANE, "%s has no pane whose input box could hold the message" % brief(session))
         return verified(session, _paste(session, pane, body, actor, mode, args, profiles), args)
-    if lane == "inbox" or (lane == "auto" and "inbox" in session["lanes"]):
+    if lane == "inbox" or (lane == "auto" and native == "inbox"):
         if "inbox" not in session["lanes"]:
-            raise HelperError(P.BAD_LANE, "%s has no inbox (only Claude Code sessions do); use --via tmux" % brief(session))
+            raise _no_lane(session, "inbox", "only Claude Code sessions whose registry names an inbox socket have one")
         base = dict(evidence, session=public(session), declared_mode=mode)
         outcome = inbox.deliver(session, lambda reply: envelope(body, actor, mode, from_addr=reply), args, base)
-        if lane == "auto" and outcome.get("code") == P.SOCKET_MISSING and pane is not None:
-            fallback = _paste(session, pane, body, actor, mode, args, profiles)
-            fallback["detail"] = "no inbox socket, so by guarded paste: " + fallback["detail"]
-            return verified(session, fallback, args)
-        return verified(session, outcome, args)
-    if lane == "queue" or (lane == "auto" and "queue" in session["lanes"]):
+        return verified(session, _unusable(outcome), args)
+    if lane == "queue" or (lane == "auto" and native == "queue"):
         if "queue" not in session["lanes"]:
             why = "drover knows no Codex thread for it (only Codex sessions whose app-server names their thread have one)"
-            raise HelperError(P.BAD_LANE, "%s has no queue: %s; use --via tmux" % (brief(session), why))
+            raise _no_lane(session, "queue", why)
         # The thread's refusals stand on `auto` too: a thread that would never run the message gets no paste instead.
         payload = envelope(body, actor, mode, session=args.get("msg_id") or "")
         outcome = codex_queue.deliver(session, payload, args)
         if outcome.get("outcome") in (P.DELIVERED, P.QUEUED):
             outcome.update(evidence, enveloped=True, declared_mode=mode)
-        if lane == "auto" and outcome.get("code") == P.QUEUE_UNAVAILABLE and pane is not None:
-            fallback = _paste(session, pane, body, actor, mode, args, profiles)
-            fallback["detail"] = "no `codex queue` here (%s), so by guarded paste: %s" % (outcome["detail"], fallback["detail"])
-            return verified(session, fallback, args)
-        return verified(session, outcome, args)
+        return verified(session, _unusable(outcome), args)
     if pane is None:
         raise HelperError(P.BAD_LANE, "%s has no tmux pane to paste into" % brief(session))
     return verified(session, _paste(session, pane, body, actor, mode, args, profiles), args)
@@ -117,7 +179,9 @@ def _paste(
         )
         return tmux_lane.refusal(P.NOT_AN_AGENT, detail % (pane["id"], pane.get("command") or "unknown"), pane)
     if pane["engine"] == "claude" and mode == "prompting":
-        # Permission parity: what the inbox would hold for the session's human, the pane does not get either.
+        # Permission parity, for a Claude with no inbox of its own (an older version, or a pane before its registry
+        # record): what an inbox would hold for the session's human, the pane does not get either.  (A Claude with
+        # an inbox gets no paste but the owner's, and the owner's declares the class the session runs in.)
         held_class, seen_mode, seen_in = claude.permission_class(session)
         if held_class == "bypass":
             detail = (

@@ -113,7 +113,8 @@ def resolve(target: str, sessions: List[Session]) -> Session:
         raise HelperError(BAD_REQUEST, "no session named: give a pane id (%3), session:window.pane, or a name")
     tiers = (
         ("matches", lambda s: target == s["id"] or target in s["aliases"]),
-        ("matches", lambda s: target == s["name"]),
+        # A Claude session keeps answering to its tmux session's name once it registers (and takes Claude's own).
+        ("matches", lambda s: target == s["name"] or target == (s.get("_pane") or {}).get("name")),
         # A name the session bore before (Claude's formerNames): the newest generation of that name.  Only when no
         # live session bears it now, so a message is never redirected away from a session that is still live.
         ("is a former name of", lambda s: target in (s.get("former_names") or ())),

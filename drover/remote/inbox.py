@@ -14,6 +14,7 @@ import time
 import uuid
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from . import claude
 from . import protocol as P
 from .faults import fault
 from .protocol import HelperError
@@ -168,7 +169,7 @@ def receipt_outcome(receipt: Dict[str, Any]) -> Tuple[str, str, str]:
         why = str(receipt.get("drop_reason") or "unknown")
         return P.DROPPED, "the receiver dropped it: %s" % why, P.DROP_REASONS.get(why, P.RECEIVER_DROPPED)
     if status == "held":
-        return P.HELD, "held by the receiver for its human (a 'Held message' dialog is on its screen)" + suffix, P.HELD
+        return P.HELD, "held by the receiver for its human" + suffix, P.HELD
     if status == "denied":
         return P.REFUSED, "the receiver's human denied it" + suffix, P.DENIED
     if status == "delivered":
@@ -216,7 +217,28 @@ def deliver(session: Dict[str, Any], content: Callable[[str], str], args: Dict[s
         detail = "the inbox accepted it; it arrives when the turn allows (%s)" % session["reason"]
         return dict(base, outcome=P.QUEUED, detail=detail, state=state)
     outcome, detail, code = receipt_outcome(receipt)
+    if outcome == P.HELD:
+        detail = held_detail(session, str(base.get("declared_mode")), receipt)
     return dict(base, outcome=outcome, detail=detail, code=code, receipt=receipt, state=state)
+
+
+def held_detail(session: Dict[str, Any], declared: str, receipt: Dict[str, Any]) -> str:
+    """Why the receiver holds it, as far as drover can tell: Claude's receipt gives the same reason for a standing
+    `hold` setting as for a permission-class mismatch, and only the mismatch raises a dialog on its screen; the
+    setting parks the message in a list its human reviews."""
+    setting, where = claude.inbound_setting(session.get("cwd") or "")
+    if setting == "hold":
+        return (
+            'held by the receiver for its human: its crossSessionInbound setting is "hold" (%s), so Claude parks '
+            "every message from another session for its human to review, with no dialog; it arrives if they release "
+            'it, or once the setting is "accept"' % where
+        )
+    reason = receipt.get("reason") or ""
+    return (
+        "held by the receiver for its human: the class drover declared (%s) is not the one the session runs in "
+        "(permission-mode parity), so Claude asks its human in a 'Held message from another session' dialog%s"
+        % (declared, ": %s" % reason if reason else "")
+    )
 
 
 def subscribe_idle(rec: Dict[str, Any], reply: ReplySocket) -> str:

@@ -91,6 +91,8 @@ PASTE_NOT_SHOWN = "paste_not_shown"
 CHANGED_BEFORE_ENTER = "changed_before_enter"
 PANE_LOCKED = "pane_locked"
 WOULD_BE_HELD = "would_be_held"
+# A paste asked for a session whose engine has its own lane (Claude's inbox, a Codex thread's queue): native only
+NATIVE_LANE = "native_lane"
 CANNOT_VERIFY = "cannot_verify"
 NOT_FOREGROUND = "not_foreground"
 # Refusals on the queue lane (Codex): threads `codex queue` would take a message for and never run it
@@ -214,6 +216,7 @@ CODES = {
     CHANGED_BEFORE_ENTER: REFUSAL,
     PANE_LOCKED: REFUSAL,
     WOULD_BE_HELD: REFUSAL,
+    NATIVE_LANE: REFUSAL,
     CANNOT_VERIFY: REFUSAL,
     NOT_FOREGROUND: REFUSAL,
     THREAD_NOT_LOADED: REFUSAL,

@@ -11,6 +11,7 @@ Also whether the text sits unsent in the pane's input box, which a retry must kn
 
 import json
 import os
+import re
 import time
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -52,9 +53,19 @@ def _after_envelope(value: object, marks: List[str]) -> str:
     if isinstance(value, list):
         return next((t for t in (_after_envelope(v, marks) for v in value) if t), "")
     if isinstance(value, str) and CLOSE in value:
-        if any('<cross-session-message from-session="%s"' % m in value for m in marks):
-            return value.rpartition(CLOSE)[2].strip()
+        opening = next((value.find(o) for o in ('<cross-session-message from-session="%s"' % m for m in marks) if o in value), -1)
+        if opening >= 0:
+            after = value.rpartition(CLOSE)[2].strip()
+            # Claude Code wraps a paste in a tag of its own (`<pasted_content id="f6ca">` ... `</pasted_content
+            # id="f6ca">`): its closing half, matching the opening right before the envelope, is Claude's, not extra.
+            wrapper = PASTED.search(value[:opening])
+            if wrapper is not None and after.startswith("</pasted_content%s>" % wrapper.group(1)):
+                after = after[len("</pasted_content%s>" % wrapper.group(1)) :].strip()
+            return after
     return ""
+
+
+PASTED = re.compile(r"<pasted_content((?: [a-z_]+=\"[^\"<>]*\")*)>\s*\Z")
 
 
 def _record_of(paths: Iterable[str], needles: List[str], since: float = 0.0) -> Optional[Any]:

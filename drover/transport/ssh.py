@@ -147,6 +147,14 @@ class Helper:
     def close(self) -> None:
         self.process.close()
 
+    async def shut(self) -> None:
+        """Close it and wait (briefly) until its channel has closed: the process on the host has ended or is ending."""
+        self.process.close()
+        try:
+            await bounded(self.process.wait_closed(), 2)
+        except (TimeoutError, asyncssh.Error, OSError):
+            pass  # a host that stopped answering: the connection's own timeout deals with it
+
 
 @dataclass
 class Ran:
@@ -339,14 +347,20 @@ class SSHTransport:
                 self.busy += 1
                 try:
                     answer = await helper.ask(request)
+                except BaseException:
+                    # Cancelled or failed mid-request: its next answer would belong to nobody.  Shut *inside* the
+                    # slot, so the next request's helper never starts beside one still exiting (a loaded machine
+                    # saw 9 helper processes of 8).
+                    await helper.shut()
+                    raise
                 finally:
                     self.busy -= 1
-                # Back to the idle list -- or closed -- *before* the slot is released: after it, a request waiting
+                # Back to the idle list -- or shut -- *before* the slot is released: after it, a request waiting
                 # for the slot would find no idle helper and start one more than the bound (CI saw 9 helpers of 8).
                 if self._conn is conn and not self.retiring:
                     self._idle.append((conn, helper))
                 else:
-                    helper.close()  # its connection was replaced, or this transport is being retired
+                    await helper.shut()  # its connection was replaced, or this transport is being retired
                 kept = True
                 return answer
 
