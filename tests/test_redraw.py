@@ -5,14 +5,19 @@ not pressed after it.  No timing is asserted: the machine's load decides those n
 
 from __future__ import annotations
 
+import shutil
 import statistics
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.codexlab import CodexLab, module_lab
 from tests.conftest import Tmux, wait_for
+from tests.geminilab import GeminiLab
+from tests.geminilab import ensure_binary as ensure_gemini
 from tests.redraw import clear_box, cursor, paste_redraw, tmux
 
 ONE = "please rebase the feature branch on main and run the tests"
@@ -23,12 +28,13 @@ SAMPLES = 5
 def measure(name: str, server: list[str], pane: str, shown: Any) -> None:
     """Paste each text SAMPLES times (the box cleared between): the redraw's spread, and the cursor moved by a key."""
     for label, text in (("one line", ONE), ("three lines", MANY)):
-        lasts = []
+        lasts, spreads = [], []
         for _ in range(SAMPLES):
             got = paste_redraw(server, pane, text)
             wait_for(lambda: shown(tmux(server, "capture-pane", "-p", "-t", pane)), what=f"{name}: the paste in the box")
             assert got["last_ms"] is not None, f"{name} drew nothing after a paste"
             lasts.append(got["last_ms"])
+            spreads.append(round(got["last_ms"] - got["first_ms"], 1))
             print(f"\n{name}, {label}: output chunks at {got['at_ms']} ms after the paste")
             before = cursor(server, pane)
             tmux(server, "send-keys", "-t", pane, "-l", "Z")
@@ -38,7 +44,7 @@ def measure(name: str, server: list[str], pane: str, shown: Any) -> None:
             wait_for(lambda: not shown(tmux(server, "capture-pane", "-p", "-t", pane)), what=f"{name}: the box cleared")
         print(
             f"\n{name}, {label}: redraw after the paste ends {min(lasts)}-{max(lasts)} ms "
-            f"(median {statistics.median(lasts)} ms, {SAMPLES} pastes)"
+            f"(median {statistics.median(lasts)} ms, {SAMPLES} pastes); first to last write at most {max(spreads)} ms"
         )
 
 
@@ -62,3 +68,20 @@ def codex_lab() -> Iterator[CodexLab]:
 def test_codex(codex_lab: CodexLab) -> None:
     s = codex_lab.start("measured")
     measure("Codex", ["-S", str(codex_lab.socket)], s.pane, lambda screen: "please rebase" in screen or "first line" in screen)
+
+
+@pytest.fixture
+def gemini_lab(tmux: Tmux) -> Iterator[GeminiLab]:
+    path, why = ensure_gemini()
+    if path is None:
+        pytest.skip(f"the real gemini-cli cannot run here: {why}")
+    lab = GeminiLab(Path(tempfile.mkdtemp(prefix="drg-")), path)
+    yield lab
+    lab.stop()
+    shutil.rmtree(lab.root, ignore_errors=True)
+
+
+def test_gemini_cli(gemini_lab: GeminiLab) -> None:
+    s = gemini_lab.start("measured")
+    s.wait_idle()
+    measure("gemini-cli", ["-L", s.lab.server], s.pane, lambda screen: "please rebase" in screen or "first line" in screen)

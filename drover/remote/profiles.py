@@ -112,6 +112,9 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         "idle": [r"^ ?[>*] +Type your message or @path/to/file"],
         # Under tmux an Enter within ~40 ms of a paste (plus its redraw) becomes a newline (real 0.61, measured).
         "submit_delay_s": 0.5,
+        # It draws a paste in one or two writes, 24-130 ms after it and at most 20 ms apart (tests/test_redraw.py,
+        # 0.61 at load ~15): 60 ms covers the second.
+        "paste_hold_s": 0.06,
         "dialog_scope": "screen",
         "default_state": "unknown",
         "queues_when_busy": True,
