@@ -24,6 +24,8 @@ import pytest
 
 import drover
 from drover.remote import tmux_lane
+from drover.remote.protocol import HelperError
+from drover.remote.tmux import press_if, witness
 from tests.conftest import SCREENS, Pane, Tmux, stays, wait_for
 from tests.test_guard import fake_engine
 
@@ -279,3 +281,15 @@ def test_a_key_typed_into_a_custom_engine_after_the_last_look_holds_the_enter_ba
     doc = send(pane.address, "please rebase")
     assert (doc.data["outcome"], doc.data["code"]) == ("refused", "changed_before_enter"), doc.data
     stays(lambda: b"\r" not in log.read_bytes(), what="no Enter")
+
+
+def test_a_key_name_from_a_profile_cannot_carry_tmux_commands(tmux: Tmux) -> None:
+    """The key (a profile's submit_when_busy) goes into the if-shell command line: a key name, or nothing is run."""
+    pane = tmux.agent("injected")
+    socket = pane.tmux("display-message", "-p", "#{socket_path}").strip()
+    seen = witness(socket, pane.id)
+    for key in ("Enter ; set-option -g @pwned 1", "Tab' 'set-option -g @pwned 1"):
+        with pytest.raises(HelperError):
+            press_if(socket, pane.id, key, seen)
+    assert pane.tmux("show-options", "-gqv", "@pwned").strip() == ""
+    assert press_if(socket, pane.id, "Enter", seen)  # a key name is pressed

@@ -38,9 +38,9 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         "busy": [r"esc to interrupt"],
         "idle": [r"^\s*❯\s*$"],
         # The hold after a paste shows, before the last look (tmux_lane._settle).  Measured (tests/test_redraw.py,
-        # 2.1.328, a 2-core machine at load ~15): Claude draws a pasted text in one write, 106-250 ms after the
-        # paste for one line and 157-487 ms for three; no second write followed within 600 ms.  The hold counts
-        # from that write: it is for a dialog the program might raise in answer to the paste, 60 ms as before.
+        # 2.1.328, a shared 2-core machine, two runs of 10 pastes): Claude draws a pasted text in one write, 44-487
+        # ms after the paste; no second write followed within 600 ms.  The hold counts from that write: it is for a
+        # dialog the program might raise in answer to the paste, 60 ms as before.
         "paste_hold_s": 0.06,
         "dialog_scope": "screen",
         "default_state": "unknown",
@@ -78,7 +78,7 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         ],
         "busy": [r"esc to interrupt"],
         "idle": [r"\? for shortcuts"],
-        # Measured as for Claude (0.169): one write 24-104 ms after the paste, nothing after it.
+        # Measured as for Claude (0.169): one write 10-104 ms after the paste, nothing after it.
         "paste_hold_s": 0.04,
         "dialog_scope": "screen",
         "default_state": "unknown",
@@ -132,7 +132,7 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         "dialog": [r"Do you want to proceed\?", r"Enter to confirm"],
         "busy": [r"esc to interrupt"],
         "idle": [r"^\s*❯\s*$"],
-        # It draws every frame in one write, 10-61 ms after a paste at load ~15 (tests/test_redraw.py).
+        # It draws every frame in one write, 3-63 ms after a paste (tests/test_redraw.py).
         "paste_hold_s": 0.02,
         "dialog_scope": "screen",
         "default_state": "unknown",

@@ -1,6 +1,7 @@
 """tmux: every server of this user, its panes, and the few commands the lanes need."""
 
 import os
+import re
 import shutil
 import socket as socketlib
 import subprocess
@@ -281,6 +282,9 @@ def press_if(socket: str, pane_id: str, key: str, seen: Dict[str, str]) -> bool:
     echoed into the box -- is on tmux's screen by the time the condition is read.  What is left is output written
     in the microseconds between that round's poll and the condition, and a key or dialog the program has not
     drawn yet (no terminal can show those)."""
+    # Both go into a tmux command line: a key name from a profile (submit_when_busy) must be a key name, nothing more.
+    if not re.match(r"^[A-Za-z0-9-]+$", key) or not re.match(r"^%[0-9]+$", pane_id):
+        raise HelperError(TMUX_ERROR, "not a tmux key name or pane id: %r %r" % (key, pane_id))
     nonce = os.urandom(8).hex()
     # `##{` survives run-shell's own expansion of its argument as `#{`, read by if-shell when the timer fires.
     now = "/".join("##{%s}" % f for f in WITNESS)
