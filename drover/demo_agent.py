@@ -234,8 +234,7 @@ class Agent:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
         def show_dialog(*_: object) -> None:
-            self.dialog = True
-            self.dirty = True
+            self.dialog_at = time.monotonic()  # drawn by the main loop at once, after the keys that came before it
 
         def toggle_busy(*_: object) -> None:
             self.busy_forced = not self.busy_forced

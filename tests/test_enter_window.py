@@ -293,3 +293,21 @@ def test_a_key_name_from_a_profile_cannot_carry_tmux_commands(tmux: Tmux) -> Non
             press_if(socket, pane.id, key, seen)
     assert pane.tmux("show-options", "-gqv", "@pwned").strip() == ""
     assert press_if(socket, pane.id, "Enter", seen)  # a key name is pressed
+
+
+def test_a_dialog_racing_the_enter_itself_never_gets_it(tmux: Tmux, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The program is told to draw its dialog right as drover's Enter leaves (the signal sent just before the tmux
+    call that presses it, not waited for): the dialog's output reaches tmux about when the request does.  tmux reads
+    pending pane output before the deferred condition runs, so the Enter either went before the dialog was drawn
+    (the program submits it) or is not pressed; it never answers the dialog."""
+    pane = tmux.agent("racing")
+    trials = 30
+    outcomes: Counter[str] = Counter()
+    for i in range(trials):
+        between_look_and_enter(monkeypatch, lambda: os.kill(pane.pid, signal.SIGUSR1))
+        doc = send(pane.address, f"race {i}")
+        outcomes[doc.data["outcome"] + " " + doc.data.get("code", "")] += 1
+        wait_for(lambda: len(pane.events("dialog_drawn")) == i + 1, what="the dialog")  # noqa: B023
+        reset(pane)
+    print("\nracing dialogs:", dict(outcomes))
+    assert [e for e in pane.events("dialog") if e["answer"] == "yes"] == [], dict(outcomes)
