@@ -8,6 +8,8 @@ whole window after a paste, on real tmux with the demo agent.
   text said to sit unsent, or delivered -- `altered` when the receiver's record shows the key after the message.
 
 Each delay gets its own pane, reused for its trials (the box cleared between them), and a few panes run at once.
+Where a sweep reaches the moment between the last look and the Enter only by chance, the tests after it put a
+dialog, a key or a redraw exactly there (around tmux.press_if), and race a dialog against the Enter itself.
 """
 
 from __future__ import annotations
