@@ -47,6 +47,7 @@ class Agent:
         self.split_draw = split_draw
         self.ignore_enter = ignore_enter
         self.pasted_at = 0.0
+        self.dialog_shown = 0.0
         self.name = name
         self.busy_after = busy_after
         self.dialog_on_paste = dialog_on_paste
@@ -143,7 +144,10 @@ class Agent:
                 self.dialog_choice = 2 if self.dialog_choice == 1 else 1
                 return
             if name == "Enter":
-                self.record(type="dialog", answer="yes" if self.dialog_choice == 1 else "no")
+                # How long the dialog had been on screen (written out) when the Enter was read: the window a
+                # sender's look could not close.
+                age = round((time.monotonic() - self.dialog_shown) * 1000, 2) if self.dialog_shown else None
+                self.record(type="dialog", answer="yes" if self.dialog_choice == 1 else "no", shown_ms=age)
             else:
                 self.record(type="dialog", answer="cancel" if name == "Esc" else "key:" + name)
             self.dialog = False
@@ -221,6 +225,13 @@ class Agent:
         else:
             self.buf += chunk
 
+    def take_waiting(self, fd: int, decoder: codecs.IncrementalDecoder) -> None:
+        while select.select([fd], [], [], 0)[0]:
+            data = os.read(fd, 65536)
+            if not data:
+                break
+            self.feed(decoder.decode(data))
+
     # -- main loop -------------------------------------------------------------------------------------------
     def run(self) -> None:
         fd = 0
@@ -260,15 +271,19 @@ class Agent:
                 except InterruptedError:
                     continue
                 if self.dialog_at and time.monotonic() >= self.dialog_at:
-                    # Keys that reached the program before it drew its dialog were meant for the screen it showed
-                    # until then (an Enter sent onto the input box submits it): taken first, as they came.
-                    while select.select([fd], [], [], 0)[0]:
-                        data = os.read(fd, 65536)
-                        if not data:
-                            break
-                        self.feed(decoder.decode(data))
+                    # Keys that reached the program before its dialog was written out were sent before anyone --
+                    # a person, tmux -- could have seen that dialog: they are meant for the screen shown until then
+                    # (an Enter onto the input box submits it), taken first, as they came.  Looked for before the
+                    # dialog is drawn and again once its write returned (a key may land while it is written).
+                    self.take_waiting(fd, decoder)
                     self.dialog_at, self.dialog = 0.0, True
                     self.draw()
+                    self.dialog_shown = time.monotonic()
+                    if select.select([fd], [], [], 0)[0]:
+                        self.dialog = False
+                        self.take_waiting(fd, decoder)
+                        self.dialog = True
+                        self.draw()
                     self.record(type="dialog_drawn")
                     continue
                 if not ready:
