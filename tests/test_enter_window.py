@@ -38,8 +38,8 @@ CLOSE = "</cross-session-message>"
 
 # The window no sender can close: tmux checks the pane and queues the Enter in one step, but writes it to the pty
 # in its next loop round (libevent), and a dialog the program writes out in between -- after tmux looked -- gets
-# it.  Measured: such Enters were read 0.26 and 0.44 ms after the dialog's write returned, 2 in 180 trials of the
-# race below; 2 in about 1200 trials of the sweep.  An Enter into a dialog written out for longer than this would
+# it.  Measured: such Enters were read 0.26 and 0.44 ms after the dialog's write returned, 2 in 290 trials of the
+# race below; 2 in about 1900 trials of the sweep.  An Enter into a dialog written out for longer than this would
 # be one tmux had seen before its check: that never happens.
 WINDOW_MS = 5.0
 
