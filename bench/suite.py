@@ -435,7 +435,7 @@ class Bench:
         """Discovery's cost on one host (the helper's took_ms), then the fan-out, with S stale sockets per host."""
         from drover.remote import protocol as P
         from drover.transport import bundle
-        from drover.transport.ssh import read_answer
+        from drover.transport.helper_channel import read_answer
 
         request = json.dumps({"helper": P.PROTOCOL, "op": "list", "args": {"state": True}, "profiles": {}}).encode() + b"\n"
         stdin = bundle.preamble() + request * 4  # one helper, four requests: the first imports, the rest are warm

@@ -27,6 +27,12 @@ PASTE_END = "\x1b[201~"
 KEY_NAMES = {"\x1b[A": "Up", "\x1b[B": "Down", "\x1b[C": "Right", "\x1b[D": "Left", "\x1b": "Esc"}
 
 
+def body_of(text: str) -> str:
+    """A message's words without drover's envelope around them, on one line."""
+    lines = [line for line in text.splitlines() if not line.startswith(("<cross-session-message", "</cross-session-message"))]
+    return " ".join(line.strip() for line in lines if line.strip())
+
+
 class Agent:
     def __init__(
         self,
@@ -38,6 +44,7 @@ class Agent:
         dialog_delay: float = 0.0,
         split_draw: float = 0.0,
         ignore_enter: float = 0.0,
+        reply: bool = False,
     ) -> None:
         self.log_path = log
         # Hostile-program knobs for the tests: a dialog some ms after a paste lands, each frame drawn in two writes,
@@ -49,6 +56,10 @@ class Agent:
         self.pasted_at = 0.0
         self.dialog_shown = 0.0
         self.name = name
+        # With --reply, each message is answered (a `reply` event in the log) once the work it caused is done: what
+        # a coordinator reads back with `drover read` (the log is the demo agent's transcript).
+        self.reply = reply
+        self.unanswered: list[str] = []
         self.busy_after = busy_after
         self.dialog_on_paste = dialog_on_paste
         self.dialog_after_paste = dialog_after_paste
@@ -135,6 +146,8 @@ class Agent:
             return
         self.record(type="message", text=text, while_busy=self.busy())
         self.history.append(text)
+        if self.reply:
+            self.unanswered.append(text)
         if self.busy_after > 0 and not self.busy():
             self.busy_until = time.monotonic() + self.busy_after
 
@@ -260,6 +273,11 @@ class Agent:
         was_busy = False
         try:
             while True:
+                if self.unanswered and not self.busy():
+                    # Before the idle screen is drawn: a session seen idle has its answer in the log already.
+                    for text in self.unanswered:
+                        self.record(type="reply", text="done: " + body_of(text))
+                    self.unanswered = []
                 if self.dirty or was_busy != self.busy():
                     was_busy = self.busy()
                     self.draw()
@@ -312,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dialog-after-paste", action="store_true", help="draw a dialog once a paste has landed")
     parser.add_argument("--dialog-delay", type=float, default=0.0, help="with --dialog-after-paste: this many seconds later")
     parser.add_argument("--split-draw", type=float, default=0.0, help="draw each frame in two writes, this many seconds apart")
+    parser.add_argument("--reply", action="store_true", help="answer each message in the log when its busy time is over")
     parser.add_argument("--ignore-enter", type=float, default=0.0, help="ignore Enter for this many seconds after a paste")
     args = parser.parse_args(argv)
     Agent(
@@ -323,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         args.dialog_delay,
         args.split_draw,
         args.ignore_enter,
+        args.reply,
     ).run()
     return 0
 

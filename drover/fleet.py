@@ -57,9 +57,23 @@ class HostConfig(_Strict):
         default_factory=list,
         description="folders (and their subfolders) `drover spawn` pre-trusts in the engine's own settings file",
     )
+    banner_ok: list[str] = Field(
+        default_factory=list,
+        description="regexes: what the login shell prints before every command, accepted without a warning if one matches all",
+    )
     spawn_server: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="the tmux server (as tmux -L) spawned sessions start in"
     )
+
+    @field_validator("banner_ok")
+    @classmethod
+    def _banners(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+        return patterns
 
     @field_validator("trusted")
     @classmethod
@@ -103,12 +117,24 @@ class EngineProfile(_Strict):
     empty_footer: str | None = None
     paste_marker: list[str] | None = None
     live_above: int | None = Field(None, ge=0, le=50)
+    live_skip_block: list[str] | None = Field(None, description="[first line, last line] of a block left out")
+    placeholder_faint: bool | None = None
     submit_when_busy: Literal["Enter", "Tab"] | None = None
     submit_delay_s: float | None = Field(None, ge=0, le=10)
     input_end_last: bool | None = None
 
     @field_validator(
-        "scripts", "dialog", "busy", "idle", "placeholder", "paste_marker", "input", "input_above", "input_end", "empty_footer"
+        "scripts",
+        "dialog",
+        "busy",
+        "idle",
+        "placeholder",
+        "paste_marker",
+        "input",
+        "input_above",
+        "input_end",
+        "empty_footer",
+        "live_skip_block",
     )
     @classmethod
     def _regexes(cls, value: list[str] | str | None) -> list[str] | str | None:
@@ -117,6 +143,13 @@ class EngineProfile(_Strict):
                 re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+        return value
+
+    @field_validator("live_skip_block")
+    @classmethod
+    def _two_lines(cls, value: list[str] | None) -> list[str] | None:
+        if value and len(value) != 2:
+            raise ValueError("live_skip_block names two patterns: the block's first line and its last line")
         return value
 
     def overrides(self) -> dict[str, Any]:
@@ -313,9 +346,12 @@ class Fleet(_Strict):
         raise UnknownHost(f"unknown host {name!r}", hint=f"known hosts: {known}; add one with `drover fleet add`")
 
     def select(self, hosts: list[str] | None = None, tags: list[str] | None = None) -> list[str]:
-        """The hosts named (each once, in the order first named), or every host when none is given (None); only
-        those with one of `tags`.  An explicitly empty list selects nothing: `[]` is not "everyone"."""
-        names = self.host_names() if hosts is None else list(dict.fromkeys(hosts))
+        """The hosts named (each once, in the order first named; host expressions as drover/hostsets.py reads
+        them), or every host when none is given (None); only those with one of `tags`.  An explicitly empty list
+        selects nothing: `[]` is not "everyone"."""
+        from drover.hostsets import expand  # ranges and exclusions: node[01-40], h[1-3],!h2
+
+        names = self.host_names() if hosts is None else list(dict.fromkeys(expand(hosts, self.host_names())))
         for name in names:
             self.host(name)
         if tags is not None:

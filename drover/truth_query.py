@@ -94,6 +94,7 @@ class Queries(ABC):
         actor: str | None = None,
         outcome: str | None = None,
         pending: bool = False,
+        host_in: Callable[[str], bool] | None = None,
     ) -> Query:
         """The newest `limit` matching messages (accepted at or after since_ts), oldest first.
 
@@ -107,6 +108,7 @@ class Queries(ABC):
             return not (
                 (since_ts is not None and acc["ts"] < since_ts)
                 or (host and (acc.get("host") or "") != host)
+                or (host_in is not None and not host_in(acc.get("host") or ""))
                 or (target and (acc.get("target") or "") != target)
                 or (actor and (acc.get("actor") or "") != actor)
                 or (outcome and (out is None or out["outcome"] != outcome))

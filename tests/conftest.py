@@ -71,6 +71,10 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     for var in ("DROVER_FLEET", "DROVER_ACTOR", "TMUX", "TMUX_PANE"):
         monkeypatch.delenv(var, raising=False)
     yield tmp_path
+    # drover.run keeps its connections for the next call: not into the next test, whose fleet and HOME differ.
+    import drover
+
+    drover.close()
     sockdir = Path(tmux_dir) / f"tmux-{os.getuid()}"
     if sockdir.exists():
         for sock in sockdir.iterdir():
@@ -228,10 +232,10 @@ def sshfleet(ssh_fleet_started: Any, isolated: Path, monkeypatch: pytest.MonkeyP
     fleet.kill_tmux()
 
 
-def remote_agent(fleet: Any, host: str, session: str, tmp: Path) -> Pane:
-    """The demo agent in a tmux pane on one host of the SSH fleet."""
+def remote_agent(fleet: Any, host: str, session: str, tmp: Path, *flags: str) -> Pane:
+    """The demo agent in a tmux pane on one host of the SSH fleet (`flags`: more of its options)."""
     log = tmp / f"{host}-{session}.jsonl"
-    cmd = f"{sys.executable} -m drover.demo_agent --log {log} --name {session}"
+    cmd = f"{sys.executable} -m drover.demo_agent --log {log} --name {session} {' '.join(flags)}".rstrip()
     proc = fleet.tmux(host, "new-session", "-d", "-P", "-F", "#{pane_id}", "-s", session, "-x", "160", "-y", "40", cmd)
     assert proc.returncode == 0, proc.stderr
     pane = Pane("default", proc.stdout.strip(), log)

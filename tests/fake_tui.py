@@ -1,9 +1,10 @@
 """A stand-in for an agent TUI that draws a fixed screen (a real capture) and records every byte it is sent.
 
-Installed by the tests under the engine's command name (bin/claude, bin/codex) so drover's process-tree
-detection sees that engine; the screen it draws is a real capture from ../shared/design/screens.  Like the real
-programs it shows what it is sent in its input box (the capture's last `❯ `, `› ` or ` > ` line), so a paste is
-visible on screen before Enter.
+Installed by the tests under the engine's command name (bin/claude, bin/codex), with the test's fleet vouching for
+that name (`[engines.claude] commands = ["claude"]`): a name alone is no evidence, so without that drover takes it
+for `unknown` and types nothing (tests/test_identity.py).  The screen it draws is a real capture from
+../shared/design/screens.  Like the real programs it shows what it is sent in its input box (the capture's last
+`❯ `, `› ` or ` > ` line), so a paste is visible on screen before Enter.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import shutil
 import signal
 import socket
@@ -24,6 +25,8 @@ import time
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
+# sshd (LogLevel VERBOSE) for each connection it accepts: "Connection from 127.0.0.1 port 5123 on 127.0.0.11 port 2222"
+CONNECTION = re.compile(r"Connection from \S+ port \d+ on (\S+) port \d+")
 
 
 def free_port() -> int:
@@ -102,7 +105,8 @@ class SSHFleet:
             "PrintMotd no",
             "MaxStartups 500",
             "MaxSessions 100",
-            "LogLevel INFO",
+            # VERBOSE: sshd logs every TCP connection it accepts, with the address it came in on (connections()).
+            "LogLevel VERBOSE",
             *self.sshd_options,
         ]
         # Real users with their own login shells (see shell_user): sshd applies the first SetEnv that matches, so
@@ -132,6 +136,11 @@ class SSHFleet:
                 raise RuntimeError(f"sshd rejected its config: {check.stderr}")
             self.procs.append(subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=self.log, stderr=subprocess.STDOUT))
         self._wait_listening()
+        # sshd logs those probes from the children it forked for them, maybe later: what connections() counts
+        # from a log_mark taken now must not include them.
+        deadline = time.monotonic() + 30
+        while min(self.connections().values()) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
         host_key = self.host_key_line.split()
         self.known_hosts.write_text("".join(f"[{self.addr(n)}]:{self.port} {host_key[0]} {host_key[1]}\n" for n in self.names))
         self.known_hosts.chmod(0o600)
@@ -185,6 +194,22 @@ class SSHFleet:
         # auth; "*" means no password can match, without locking the account.
         subprocess.run(["usermod", "-p", "*", user], check=True, capture_output=True)
         return user
+
+    def log_mark(self) -> int:
+        """Where sshd's log ends now: connections() counts from here."""
+        self.log.flush()
+        return (self.root / "sshd" / "sshd.log").stat().st_size
+
+    def connections(self, since: int = 0) -> dict[str, int]:
+        """Per host, the TCP connections its sshd accepted since `since` (a log_mark): sshd's own count, whatever
+        the client believes it opened."""
+        text = (self.root / "sshd" / "sshd.log").read_bytes()[since:].decode("utf-8", "replace")
+        by_addr = {self.addr(n): n for n in self.names}
+        counts = {n: 0 for n in self.names}
+        for m in CONNECTION.finditer(text):
+            if m.group(1) in by_addr:
+                counts[by_addr[m.group(1)]] += 1
+        return counts
 
     @property
     def client_key(self) -> Path:

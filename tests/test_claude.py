@@ -79,9 +79,10 @@ def test_duplicate_is_dropped_by_the_receiver_when_drovers_own_limit_is_off(clau
     fleet = isolated / "fleet.toml"
     fleet.write_text("[limits]\nduplicate_window_s = 0\n")
     s = claude_lab.start("dup-a")
-    first = drover.run("sessions.message", {"id": s.name, "text": "same words"}, actor=ACTOR, fleet_path=str(fleet))
-    assert first.data["outcome"] == "delivered"
-    second = drover.run("sessions.message", {"id": s.name, "text": "same words"}, actor=ACTOR, fleet_path=str(fleet))
+    with drover.Client(fleet=fleet, actor=ACTOR) as client:
+        first = client.run("sessions.message", id=s.name, text="same words")
+        assert first.data["outcome"] == "delivered"
+        second = client.run("sessions.message", id=s.name, text="same words")
     assert (second.data["outcome"], second.data["code"]) == ("dropped", "duplicate"), second.data
     # with drover's limit on (the default), the second never leaves
     third = send(s, "same words")
@@ -92,9 +93,8 @@ def test_bypass_session_holds_plain_messages_and_takes_the_owners(claude_lab: An
     fleet = isolated / "fleet.toml"
     fleet.write_text("[hosts.local]\nowner_relay = true\n")
     s = claude_lab.start("bypass-a", flags="--dangerously-skip-permissions")
-    owner = drover.run(
-        "sessions.message", {"id": s.name, "text": "the owner's words", "as_owner": True}, actor=ACTOR, fleet_path=str(fleet)
-    )
+    with drover.Client(fleet=fleet, actor=ACTOR) as client:
+        owner = client.run("sessions.message", id=s.name, text="the owner's words", as_owner=True)
     assert owner.data["outcome"] == "delivered", owner.data
     assert owner.data["declared_mode"] == "bypass" and owner.data["target_permission_mode"] == "bypassPermissions"
     wait_for(lambda: s.status() == "idle" and s.peer_messages(), timeout=20, what="the owner's message to be taken")
@@ -147,7 +147,8 @@ def test_guard_refuses_the_real_trust_dialog_and_a_real_permission_dialog(claude
     fleet = isolated / "fleet.toml"
     fleet.write_text("[hosts.local]\nowner_relay = true\n")
     payload = {"id": asker.name, "text": "yes", "via": "tmux", "as_owner": True}
-    owner = drover.run("sessions.message", payload, actor=ACTOR, fleet_path=str(fleet))
+    with drover.Client(fleet=fleet, actor=ACTOR) as client:
+        owner = client.run("sessions.message", payload)
     assert (owner.data["outcome"], owner.data["code"]) == ("refused", "waiting"), owner.data
     assert "waiting for permission prompt" in owner.data["detail"]
     # and the screen alone would have refused it too: the real dialog matches the claude profile
@@ -231,7 +232,8 @@ def test_via_tmux_is_refused_and_only_the_owners_own_words_are_typed(claude_lab:
     fleet = isolated / "fleet.toml"
     fleet.write_text("[hosts.local]\nowner_relay = true\n")
     payload = {"id": s.name, "text": "typed for its owner", "via": "tmux", "as_owner": True}
-    owner = drover.run("sessions.message", payload, actor=ACTOR, fleet_path=str(fleet))
+    with drover.Client(fleet=fleet, actor=ACTOR) as client:
+        owner = client.run("sessions.message", payload)
     assert (owner.data["outcome"], owner.data["lane"], owner.data["verified"]) == ("delivered", "tmux", True), owner.data
     assert "altered" not in owner.data, owner.data["verification"]  # Claude's own <pasted_content> wrapper
     typed = [r for r in s.transcript() if r.get("type") == "user" and "typed for its owner" in json.dumps(r.get("message"))]

@@ -26,7 +26,8 @@ def by_owner(session: Any, text: str, isolated: Path) -> Any:
     fleet = isolated / "fleet.toml"
     fleet.write_text("[hosts.local]\nowner_relay = true\n")
     payload = {"id": session.name, "text": text, "via": "tmux", "as_owner": True}
-    return drover.run("sessions.message", payload, actor=ACTOR, fleet_path=str(fleet))
+    with drover.Client(fleet=fleet, actor=ACTOR) as client:
+        return client.run("sessions.message", payload)
 
 
 def older(session: Any) -> None:
@@ -71,6 +72,18 @@ def test_a_draft_typed_into_real_claude_is_never_submitted_idle_or_busy(claude_l
     assert (busy.data["outcome"], busy.data["code"]) == ("refused", "draft_in_input"), busy.data
     assert "DRAFT: check the migration first" in s.screen()
     assert not any("DRAFT" in t for t in user_turns(s))
+
+
+def test_a_draft_that_reads_like_claudes_placeholder_is_still_a_draft(claude_lab: Any, isolated: Path) -> None:
+    """Claude draws its `Try "..."` suggestion dim; a person's `Try "..."` is in normal intensity: theirs."""
+    s = claude_lab.start("draft-try")
+    draft = 'Try "deleting the prod database"'
+    type_draft(s, draft)
+    doc = by_owner(s, "coordinator: rebase on master", isolated)  # the only paste a Claude with an inbox gets
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "draft_in_input"), doc.data
+    assert not doc.data.get("pasted")
+    stays(lambda: user_turns(s) == [], 1, "no turn started")
+    assert f"❯\u00a0{draft}" in s.screen().replace("❯ ", "❯\u00a0") and "cross-session-message" not in s.screen()
 
 
 def test_a_bypass_session_gets_no_paste_and_an_older_claude_keeps_permission_parity(claude_lab: Any) -> None:

@@ -39,7 +39,7 @@ OPS = {
     "messages.get": ["id"],
     "messages.retry": ["id"],
     "messages.verify": ["ids", "limit"],
-    "messages.list": ["target", "host", "actor", "outcome", "since", "pending", "limit", "text"],
+    "messages.list": ["target", "host", "hosts", "actor", "outcome", "since", "pending", "limit", "text"],
     "nudge.run": ["dry_run", "entries", "lock_wait_s"],
     "sessions.broadcast": ["text", "hosts", "tags", "engine", "name", "cwd", "all", "actor", "via"],
     "sessions.chain": ["host", "id"],

@@ -76,6 +76,15 @@ def test_every_problem_is_reported_with_its_line(tmp_path: Path) -> None:
     assert len(problems) == 4
 
 
+def test_an_engines_live_skip_block_is_two_patterns(tmp_path: Path) -> None:
+    ok = fleet_mod.parse('[engines.codex]\nlive_skip_block = ["^head$", "^tail$"]\nplaceholder_faint = false\n', tmp_path / "f")
+    assert ok.engines["codex"].overrides() == {"live_skip_block": ["^head$", "^tail$"], "placeholder_faint": False}
+    with pytest.raises(FleetInvalid, match="two patterns"):
+        fleet_mod.parse('[engines.codex]\nlive_skip_block = ["^head$"]\n', tmp_path / "f")
+    with pytest.raises(FleetInvalid, match="not a valid regular expression"):
+        fleet_mod.parse('[engines.codex]\nlive_skip_block = ["(", "x"]\n', tmp_path / "f")
+
+
 def test_host_names_are_checked(tmp_path: Path) -> None:
     with pytest.raises(FleetInvalid, match="no ':'"):
         fleet_mod.parse('[hosts."box:a"]\nssh = "x"\n', tmp_path / "f.toml")

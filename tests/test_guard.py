@@ -28,6 +28,7 @@ CAPTURES = {
     # Real Codex 0.169 (tests/codexlab.py) and gemini-cli 0.61 (tests/geminilab.py), offline.
     "codex-real-approval-dialog.txt": ("codex", "dialog"),
     "codex-real-busy.txt": ("codex", "busy"),
+    "codex-real-busy-queued.txt": ("codex", "busy"),  # two queued messages between the working line and the box
     "codex-real-idle.txt": ("codex", "idle"),
     "codex-real-idle-history-numbered-prompt.txt": ("codex", "idle"),  # `› 1. fix the flaky test` is history
     "codex-real-starting.txt": ("codex", "idle"),
@@ -95,13 +96,24 @@ def test_fleet_profile_override_changes_the_verdict(cli: Any, tmp_path: Path) ->
 
 
 def fake_engine(tmp: Path, engine: str) -> Path:
-    """bin/<engine>: the fake TUI under the engine's own command name, as npm installs it."""
+    """bin/<engine>: the fake TUI under the engine's own command name, vouched for as that engine by the test's fleet
+    (a name alone is no evidence: tests/test_identity.py)."""
+    vouch(tmp, engine)
     bindir = tmp / "bin"
     bindir.mkdir(exist_ok=True)
     exe = bindir / engine
     exe.write_text(f"#!{sys.executable}\n" + (ROOT / "tests" / "fake_tui.py").read_text(encoding="utf-8"), encoding="utf-8")
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return exe
+
+
+def vouch(tmp: Path, engine: str) -> None:
+    """The default fleet (isolated's XDG_CONFIG_HOME) names the engine's command: the user vouching for the program."""
+    fleet = tmp / "config" / "drover" / "fleet.toml"
+    fleet.parent.mkdir(parents=True, exist_ok=True)
+    text = fleet.read_text(encoding="utf-8") if fleet.exists() else ""
+    if f"[engines.{engine}]" not in text:
+        fleet.write_text(text + f'[engines.{engine}]\ncommands = ["{engine}"]\n', encoding="utf-8")
 
 
 def start_fake(tmux: Tmux, tmp: Path, capture: str) -> tuple[Any, Path]:
@@ -215,6 +227,7 @@ def test_busy_engine_that_does_not_queue_is_refused(tmux: Tmux, isolated: Path) 
     pane = tmux.agent("noqueue")
     os.kill(pane.pid, signal.SIGUSR2)
     wait_for(lambda: "esc to interrupt" in pane.screen())
-    doc = drover.run("sessions.message", {"id": pane.address, "text": "hi"}, actor="tester", fleet_path=str(fleet))
+    with drover.Client(fleet=fleet, actor="tester") as client:
+        doc = client.run("sessions.message", id=pane.address, text="hi")
     assert (doc.data["outcome"], doc.data["code"]) == ("refused", "busy")
     assert pane.messages() == []

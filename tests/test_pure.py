@@ -78,6 +78,7 @@ PINNED_CODES = {
         "expired",
         "generating",
         "input_off",
+        "keys_not_text",
         "multiline_unbracketed",
         "native_lane",
         "not_an_agent",
@@ -96,6 +97,7 @@ PINNED_CODES = {
         "thread_not_loaded",
         "too_large",
         "unrecognised_screen",
+        "unverified_engine",
         "waiting",
         "waiting_on_human",
         "would_be_held",
@@ -241,7 +243,7 @@ def test_profile_overrides_are_checked() -> None:
         merge_profiles({"claude": {"colour": "red"}})
     with pytest.raises(P.HelperError, match="not a valid regex"):
         merge_profiles({"claude": {"dialog": ["("]}})
-    assert set(BUILTIN_PROFILES) == {"claude", "codex", "gemini", "demo", "shell"}
+    assert set(BUILTIN_PROFILES) == {"claude", "codex", "gemini", "demo", "shell", "unknown"}
 
 
 # -- naming a session ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import pytest
 
 from drover.remote import protocol as P
 from drover.transport import bundle
-from drover.transport.ssh import read_answer
+from drover.transport.helper_channel import read_answer
 from tests.conftest import remote_agent, wait_for
 from tests.sshfleet import SSHFleet
 
@@ -178,7 +178,7 @@ def test_login_shell_that_prints_is_a_warning_and_the_answer_still_counts(sshfle
         res = cli("ls", "--host", "chatty", "--json")
         assert res.code == 0, res.err
         warnings = " ".join(w["message"] for w in res.json()["data"]["warnings"])
-        assert "login shell printed" in warnings and "Welcome to the cluster" in warnings
+        assert "login shell on chatty printed" in warnings and "Welcome to the cluster" in warnings
     finally:
         rc.unlink()
 

@@ -164,7 +164,7 @@ def test_an_rc_file_that_fakes_drovers_framing_does_not_replace_the_answer(sshfl
         _fleet_with(sshfleet, user)
         code, doc, err = _drover(sshfleet, "ls", "--host", "stuck")
         assert code == 0, (doc, err)
-        assert "login shell printed" in " ".join(w["message"] for w in doc["data"]["warnings"])
+        assert "login shell on stuck printed" in " ".join(w["message"] for w in doc["data"]["warnings"])
     finally:
         rc.unlink()
 

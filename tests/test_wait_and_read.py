@@ -95,7 +95,7 @@ def test_read_a_codex_rollout_by_id(isolated: Path, cli: Any, monkeypatch: Any) 
 
 
 def test_read_without_a_transcript_is_a_clear_error(tmux: Tmux, cli: Any) -> None:
-    tmux.agent("notranscript")
+    tmux.start("notranscript", "bash --norc --noprofile")  # a shell keeps none (the demo agent's log is its own)
     res = cli("read", "notranscript")
     assert res.code == 6
     assert "no transcript for" in res.err

@@ -16,7 +16,9 @@ import typer
 
 from drover import __version__
 from drover.cli import render
+from drover.cli.completion import complete_hosts, complete_tags
 from drover.errors import UsageError
+from drover.fleet_schedule import MAX_DURATION_S
 
 if TYPE_CHECKING:
     from drover.ops.core import Context, Document
@@ -74,6 +76,7 @@ class State(threading.local):
         self.fleet: str | None = None
         self.actor: str | None = None
         self.debug = False
+        self.timeout: float | None = None
         self.ctx: Context | None = None
 
 
@@ -89,14 +92,45 @@ ActorOpt = Annotated[
 ]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="show tracebacks for internal errors", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the op's JSON document instead of a table")]
+# What every command that talks to hosts takes: which hosts (pssh/clush habits: drover/hostsets.py), and how long each
+# may take.
+HostsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--host",
+        "-H",
+        metavar="HOSTS",
+        help="only these hosts (repeatable): a name, a list or a range -- h1,h3 · node[01-40] · 'h[1-3],!h2' (! leaves out)",
+        autocompletion=complete_hosts,
+    ),
+]
+TagsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--tag", "-t", metavar="TAG", help="only hosts with this tag (repeatable)", autocompletion=complete_tags),
+]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        metavar="SECONDS",
+        help="seconds each host may take to connect, and then to answer each request (overrides connect_timeout and "
+        "request_timeout of fleet.toml for this command)",
+        show_default=False,
+    ),
+]
 VIA_HELP = (
     "lane: auto (inbox for Claude, queue for a Codex thread, else tmux), inbox, queue, or tmux (refused, native_lane, "
     "for a session that has an inbox or a queue: only --as-owner pastes there)"
 )
 
 
-def common(fleet: str | None = None, actor: str | None = None, debug: bool = False) -> None:
-    """Take --fleet, --actor and --debug as typed after the command; they win over those typed before it."""
+def common(fleet: str | None = None, actor: str | None = None, debug: bool = False, timeout: float | None = None) -> None:
+    """Take --fleet, --actor and --debug (and a command's --timeout) as typed after the command; they win over those
+    typed before it."""
+    if timeout is not None:
+        if not 0 < timeout <= MAX_DURATION_S:  # NaN included
+            raise UsageError(f"--timeout {timeout:g}: give seconds, more than 0 and at most {MAX_DURATION_S:g}")
+        state.timeout = timeout
     if fleet is not None:
         state.fleet = fleet
     if actor is not None:
@@ -111,6 +145,7 @@ def context() -> Context:
 
         make = state.make_context or Context
         state.ctx = make(fleet_path=state.fleet, actor=state.actor, progress=_progress(), exit_on_interrupt=True)
+        state.ctx.timeout_s = state.timeout
     return state.ctx
 
 

@@ -9,13 +9,16 @@ from typing import Annotated, Any
 
 import typer
 
-from drover.cli import render
+from drover.cli import completion, render
 from drover.cli.app import (
     VIA_HELP,
     ActorOpt,
     DebugOpt,
     FleetOpt,
+    HostsOpt,
     JsonOpt,
+    TagsOpt,
+    TimeoutOpt,
     app,
     common,
     finish,
@@ -23,22 +26,10 @@ from drover.cli.app import (
     log_app,
     read_text,
     run,
-    state,
 )
 from drover.cli.app import target as parse_target
+from drover.cli.completion import complete_hosts, complete_op, complete_target
 from drover.errors import UsageError
-
-
-def complete_target(incomplete: str) -> list[str]:
-    """Shell completion for HOST:ID: the fleet's hosts (sessions would need a round trip to every host)."""
-    try:
-        from drover import fleet as fleet_mod
-
-        names = fleet_mod.load(state.fleet)[0].host_names()
-    except Exception:  # noqa: BLE001 - completion must never print a traceback into the user's shell
-        return []
-    return [f"{name}:" for name in names if f"{name}:".startswith(incomplete)]
-
 
 TargetArg = Annotated[
     str, typer.Argument(help="HOST:ID, e.g. local:%3 or box-a:webapp", show_default=False, autocompletion=complete_target)
@@ -47,17 +38,20 @@ TargetArg = Annotated[
 
 @app.command("ls")
 def ls(
-    host: Annotated[list[str] | None, typer.Option("--host", "-H", help="only this host (repeatable)")] = None,
-    tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="only hosts with this tag (repeatable)")] = None,
+    host: HostsOpt = None,
+    tag: TagsOpt = None,
     engine: Annotated[str | None, typer.Option("--engine", "-e", help="only sessions running this engine")] = None,
     as_json: JsonOpt = False,
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
     debug: DebugOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """List every session on every host (or the chosen ones): engine, state, directory."""
-    common(fleet, actor, debug)
+    common(fleet, actor, debug, timeout)
     doc = run("sessions.list", {"hosts": host or None, "tags": tag or None, "engine": engine})
+    if not engine:  # what the hosts answered, for completing session names later (no host is asked on Tab)
+        completion.remember(doc.data)
     finish(doc, as_json, render.sessions_table)
 
 
@@ -69,9 +63,10 @@ def status(
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
     debug: DebugOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Alive, and doing what? The session's state with its evidence."""
-    common(fleet, actor, debug)
+    common(fleet, actor, debug, timeout)
     t = parse_target(target)
     doc = run("sessions.status", {"host": t.host, "id": t.id, "tail": tail})
     finish(doc, as_json, render.status)
@@ -93,6 +88,7 @@ def send(
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
     debug: DebugOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Deliver a message to one session. Refuses panes showing a dialog; records every message.
 
@@ -105,7 +101,7 @@ def send(
     --as-owner (only where the fleet sets owner_relay = true) declares the class the target runs in, so the owner's
     own words reach a session that bypasses permission prompts instead of being held.
     """
-    common(fleet, actor, debug)
+    common(fleet, actor, debug, timeout)
     t = parse_target(target)
     payload: dict[str, Any] = {"host": t.host, "id": t.id, "text": read_text(text), "via": via, "as_owner": as_owner}
     if raw:
@@ -140,12 +136,13 @@ def verify(
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
     debug: DebugOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Look for messages in their receivers' own records (Claude transcripts, Codex rollouts); record the ones found.
 
     A message queued behind a turn is `unverified` when sent; once the turn has run, `drover verify` finds it.
     """
-    common(fleet, actor, debug)
+    common(fleet, actor, debug, timeout)
     doc = run("messages.verify", {"ids": ids or None})
     finish(doc, as_json, render.verified_table)
 
@@ -157,10 +154,11 @@ def retry(
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
     debug: DebugOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Finish a pending, failed or uncertain message exactly once: it is looked for in the receiver's record and its
     input box first, and sent again only if it is provably absent. Never twice."""
-    common(fleet, actor, debug)
+    common(fleet, actor, debug, timeout)
     doc = run("messages.retry", {"id": msg_id})
     finish(doc, as_json, render.outcome)
 
@@ -182,9 +180,10 @@ def read(
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
     debug: DebugOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Read a transcript, filtered on the host: text only, tool calls summarised, never the whole file unless asked."""
-    common(fleet, actor, debug)
+    common(fleet, actor, debug, timeout)
     t = parse_target(target)
     payload = {"host": t.host, "id": t.id, "last": last, "roles": role or None, "grep": grep, "since": since, "raw": raw}
     doc = run("sessions.read", payload)
@@ -193,16 +192,19 @@ def read(
 
 @app.command("op")
 def op_cmd(
-    verb: Annotated[str | None, typer.Argument(help="the op, e.g. sessions.message")] = None,
+    verb: Annotated[
+        str | None, typer.Argument(help="the op, e.g. sessions.message", show_default=False, autocompletion=complete_op)
+    ] = None,
     request: Annotated[str | None, typer.Argument(help="the request as JSON, or - to read it from stdin")] = None,
     list_ops: Annotated[bool, typer.Option("--list", help="list the ops and their request fields")] = False,
     as_json: JsonOpt = False,
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
     debug: DebugOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Run any op with a JSON request and print its JSON document: {"drover":1,"op","ok","data","errors"}."""
-    common(fleet, actor, debug)
+    common(fleet, actor, debug, timeout)
     from drover.ops import describe
 
     if list_ops or verb is None:
@@ -220,7 +222,18 @@ def op_cmd(
 @log_app.callback()
 def log(
     ctx: typer.Context,
-    target: Annotated[str | None, typer.Option("--target", help="HOST:ID as it was addressed")] = None,
+    target: Annotated[
+        str | None, typer.Option("--target", help="HOST:ID as it was addressed", autocompletion=complete_target)
+    ] = None,
+    host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--host",
+            "-H",
+            help="only messages to these hosts (repeatable): a name, a list or a range, as ls --host takes them",
+            autocompletion=complete_hosts,
+        ),
+    ] = None,
     actor: Annotated[str | None, typer.Option("--actor", help="only this sender (here --actor filters)")] = None,
     outcome: Annotated[
         str | None, typer.Option("--outcome", help="delivered, queuedBehindTurn, held, refused, dropped, failed")
@@ -237,6 +250,8 @@ def log(
     if ctx.invoked_subcommand:
         return
     payload: dict[str, Any] = {"actor": actor, "outcome": outcome, "since": since, "pending": pending, "limit": limit}
+    if host:
+        payload["hosts"] = host
     if target is not None:
         t = parse_target(target)
         # A bare ID matches that ID on any host; HOST:ID only on that host.

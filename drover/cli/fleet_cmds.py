@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from drover.cli import render
-from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, common, finish, fleet_app, run
+from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, HostsOpt, JsonOpt, TagsOpt, TimeoutOpt, common, finish, fleet_app, run
 
 
 @fleet_app.command("show")
@@ -106,14 +106,15 @@ def remove(
 
 @fleet_app.command("check")
 def check(
-    host: Annotated[list[str] | None, typer.Option("--host", "-H", help="only this host (repeatable)")] = None,
-    tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="only hosts with this tag (repeatable)")] = None,
+    host: HostsOpt = None,
+    tag: TagsOpt = None,
     as_json: JsonOpt = False,
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
     debug: DebugOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Per host: reachable, host key, auth, python, tmux, engines found, round-trip time. Broken hosts are named."""
-    common(fleet, actor, debug)
+    common(fleet, actor, debug, timeout)
     doc = run("fleet.check", {"hosts": host or None, "tags": tag or None})
     finish(doc, as_json, render.fleet_check)

@@ -9,18 +9,29 @@ from rich.table import Table
 from rich.text import Text
 
 from drover.cli import render
-from drover.cli.app import VIA_HELP, ActorOpt, DebugOpt, FleetOpt, JsonOpt, app, common, finish, read_text, run
-
-HostOpt = Annotated[list[str] | None, typer.Option("--host", "-H", help="only this host (repeatable)")]
-TagOpt = Annotated[list[str] | None, typer.Option("--tag", "-t", help="only hosts with this tag (repeatable)")]
+from drover.cli.app import (
+    VIA_HELP,
+    ActorOpt,
+    DebugOpt,
+    FleetOpt,
+    HostsOpt,
+    JsonOpt,
+    TagsOpt,
+    TimeoutOpt,
+    app,
+    common,
+    finish,
+    read_text,
+    run,
+)
 
 
 # -- broadcast ---------------------------------------------------------------------------------------------------
 @app.command("broadcast")
 def broadcast(
     text: Annotated[str, typer.Argument(help="the message, or - to read it from stdin (after --, a text may start with -)")],
-    host: HostOpt = None,
-    tag: TagOpt = None,
+    host: HostsOpt = None,
+    tag: TagsOpt = None,
     engine: Annotated[list[str] | None, typer.Option("--engine", "-e", help="only sessions running this engine")] = None,
     name: Annotated[list[str] | None, typer.Option("--name", help="only sessions whose name matches this glob")] = None,
     cwd: Annotated[list[str] | None, typer.Option("--cwd", help="only sessions whose directory matches this glob")] = None,
@@ -30,6 +41,7 @@ def broadcast(
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
     debug: DebugOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """The same message to every agent session a selector matches; sessions waiting on a human are skipped.
 
@@ -38,7 +50,7 @@ def broadcast(
     own: its own id, limits, record and guard. One row per session, one summary line; the exit code is the worst
     outcome's (a skip counts as refused, 4). A selector (--host, --tag, --engine, --name, --cwd) or --all is required.
     """
-    common(fleet, actor, debug)
+    common(fleet, actor, debug, timeout)
     payload: dict[str, Any] = {
         "text": read_text(text),
         "hosts": host or None,
@@ -108,17 +120,18 @@ def _warn(data: dict[str, Any]) -> None:
 # -- board -------------------------------------------------------------------------------------------------------
 @app.command("board")
 def board(
-    host: HostOpt = None,
-    tag: TagOpt = None,
+    host: HostsOpt = None,
+    tag: TagsOpt = None,
     held_since: Annotated[str | None, typer.Option("--held-since", help="held messages since: 2h, 7d, or an ISO time")] = None,
     as_json: JsonOpt = False,
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
     debug: DebugOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Who is waiting on a human across the fleet, oldest first: sessions in a dialog or in Claude's `waiting` (what
     for, since when), and messages a receiver holds for its human's approval."""
-    common(fleet, actor, debug)
+    common(fleet, actor, debug, timeout)
     doc = run("board", {"hosts": host or None, "tags": tag or None, "held_since": held_since})
     finish(doc, as_json, board_tables)
 

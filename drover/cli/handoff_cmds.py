@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from drover.cli import render
-from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, app, common, finish, run
+from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, app, common, finish, run
 from drover.cli.app import target as parse_target
 from drover.cli.commands import TargetArg
 from drover.errors import UsageError
@@ -65,6 +65,7 @@ def handoff(
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
     debug: DebugOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Record that OLD handed its work to NEW: messages to OLD reach NEW (or a newer generation) once OLD is gone.
 
@@ -73,7 +74,7 @@ def handoff(
       drover handoff --show box-a:ocean            the chain, each generation live or gone
     A message is never redirected while the session it names is live.
     """
-    common(fleet, actor, debug)
+    common(fleet, actor, debug, timeout)
     o = parse_target(old)
     if show:
         if new is not None:

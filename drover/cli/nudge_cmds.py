@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from drover.cli import render
-from drover.cli.app import VIA_HELP, ActorOpt, DebugOpt, FleetOpt, JsonOpt, app, common, read_text, run
+from drover.cli.app import VIA_HELP, ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, app, common, read_text, run
 from drover.cli.app import target as parse_target
 from drover.errors import UsageError
 
@@ -37,6 +37,7 @@ def nudge(
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
     debug: DebugOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Deliver a message only when it is safe: refuse a session that is not live (a nudge never starts one), one
     that is generating, and one that shares its directory with another live session. Every refusal is recorded
@@ -46,7 +47,7 @@ def nudge(
     remembers each entry's last send in the truth file: `* * * * * drover nudge run` is all a crontab needs. It
     prints nothing when nothing was due. (A session named `run` is `local:run`.)
     """
-    common(fleet, actor, debug)
+    common(fleet, actor, debug, timeout)
     if target == RUN and text is not None:
         # `drover nudge run jj` means the schedule's entry jj far more often than a session named run.
         raise UsageError(
@@ -120,6 +121,8 @@ def show_run(data: dict[str, Any], doc: Document) -> None:
             if r.get("id"):
                 line += f"  {r['id']}"
             (render.out if r.get("sent") else render.err).print(line, markup=False)
+            for w in r.get("warnings") or []:
+                render.err.print(f"warning: {w.get('message', w) if isinstance(w, dict) else w}", markup=False)
     for w in data.get("warnings") or []:
         render.err.print(f"warning: {w.get('message', w) if isinstance(w, dict) else w}", markup=False)
     if data.get("locked"):

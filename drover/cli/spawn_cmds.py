@@ -7,17 +7,13 @@ from typing import Annotated, Any
 import typer
 
 from drover.cli import render
-from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, app, common, finish, read_text, run
-from drover.cli.commands import complete_target
-
-
-def complete_host(incomplete: str) -> list[str]:
-    return [h.rstrip(":") for h in complete_target(incomplete)]
+from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, app, common, finish, read_text, run
+from drover.cli.completion import complete_hosts
 
 
 @app.command("spawn")
 def spawn(
-    host: Annotated[str, typer.Argument(help="the host to start it on", show_default=False, autocompletion=complete_host)],
+    host: Annotated[str, typer.Argument(help="the host to start it on", show_default=False, autocompletion=complete_hosts)],
     engine: Annotated[str, typer.Option("--engine", "-e", help="claude, codex, or one with [spawn.ENGINE] in the fleet")],
     cwd: Annotated[str, typer.Option("--cwd", help="the directory it starts in, on the host (absolute or ~/...)")],
     brief: Annotated[str, typer.Option("--brief", help="its first message, or - to read it from stdin")],
@@ -29,6 +25,7 @@ def spawn(
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
     debug: DebugOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Start a new agent session in tmux on HOST, wait until it is ready, and brief it.
 
@@ -36,7 +33,7 @@ def spawn(
     engine does not trust yet stops at its trust dialog: drover never answers it, reports the session as waiting
     (exit 3) and does not brief it; list the folder under the host's `trusted = [...]` to pre-trust it.
     """
-    common(fleet, actor, debug)
+    common(fleet, actor, debug, timeout)
     payload: dict[str, Any] = {
         "host": host,
         "engine": engine,
@@ -66,7 +63,15 @@ def show_spawn(data: dict[str, Any]) -> None:
 
 @app.command("spawns")
 def spawns(
-    host: Annotated[str | None, typer.Option("--host", "-H", help="only sessions spawned on this host")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(
+            "--host",
+            "-H",
+            help="only sessions spawned on these hosts: h1, h1,h3, node[01-40], 'h[1-3],!h2'",
+            autocompletion=complete_hosts,
+        ),
+    ] = None,
     parent: Annotated[
         str | None, typer.Option("--parent", help="only those dispatched by this actor, or for this message id")
     ] = None,

@@ -64,14 +64,27 @@ def environment(env: os._Environ[str] | dict[str, str] | None = None) -> dict[st
     env = os.environ if env is None else env
     out = {k: env[k] for k in ENV_KEYS if k in env}
     out.update((k, v) for k, v in env.items() if k.startswith(ENV_PREFIXES) and k not in CARRIED)
-    mask = os.umask(0o077)
-    os.umask(mask)
-    out[UMASK] = f"{mask:04o}"
+    out[UMASK] = f"{current_umask():04o}"
     # Only $TMUX's socket is read (drover/remote/tmux.py); its pid and session index differ from pane to pane.
     tmux = env.get("TMUX", "").split(",")[0]
     if tmux:
         out["TMUX"] = tmux
     return out
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux says it (/proc/self/status): setting it to read it
+    would, for that instant, apply to files another thread of a script using the library creates."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 def identity(env: dict[str, str]) -> dict[str, str]:

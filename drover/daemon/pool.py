@@ -1,5 +1,6 @@
 """The daemon's pool: one SSHTransport per host in persistent mode (one connection, long-lived helpers), on the
-daemon's loop, and the Context through which a request's ops reach it."""
+daemon's loop, and the Context through which a request's ops reach it.  A library client (drover/api.py) keeps a
+Pool of its own, on its loop, reached through LinkedTransport."""
 
 from __future__ import annotations
 
@@ -204,6 +205,28 @@ class PooledTransport:
 
     async def close(self) -> None:
         return None  # the connection and its helpers stay, for the next request
+
+
+class LinkedTransport:
+    """What a library Context holds for an SSH host (drover/api.py): calls go to a pool on the same loop, so a
+    script's ops share one connection per host across calls, as the daemon's requests do."""
+
+    def __init__(self, pool: Pool, host: str, cfg: Any, defaults: Any, profiles: dict[str, Any]) -> None:
+        self.pool = pool
+        self.host = host
+        self.cfg, self.defaults, self.profiles = cfg, defaults, profiles
+        self.warnings: list[str] = []
+        self.connect_seconds: float | None = None
+
+    async def call(self, op: str, args: dict[str, Any], *, timeout: float) -> Any:
+        data, noticed, self.connect_seconds = await self.pool.call(
+            self.host, self.cfg, self.defaults, self.profiles, op, args, timeout
+        )
+        self.warnings.extend(noticed)
+        return data
+
+    async def close(self) -> None:
+        return None  # the pool's: it stays for the next call
 
 
 def context_class() -> type:

@@ -107,6 +107,8 @@ class Context:
     # The process ends when an op is interrupted (the CLI): a broadcast's later Ctrl-Cs are then ignored, so that
     # what it did is still printed.  A library's caller keeps its own SIGINT handling.
     exit_on_interrupt: bool = False
+    # A command's --timeout: every host's connect and request timeout for this Context, whatever fleet.toml says.
+    timeout_s: float | None = None
     _fleet: Fleet | None = None
     _fleet_file: Path | None = None
     _transports: dict[str, Transport] = field(default_factory=dict)
@@ -149,6 +151,8 @@ class Context:
                 # Imported here so that `--help` and local work never pay for asyncssh.
                 from drover.transport.ssh import SSHTransport
 
+                if self.timeout_s is not None:
+                    cfg = cfg.model_copy(update={"connect_timeout": self.timeout_s})
                 self._transports[host] = SSHTransport(host, cfg, self.fleet.defaults, profiles)
         return self._transports[host]
 
@@ -169,7 +173,10 @@ class Context:
             await transport.close()
 
     def timeout(self, host: str) -> float:
+        """How long one request to host may take (a persistent connection's request includes its connecting)."""
         cfg = self.fleet.host(host)
+        if self.timeout_s is not None:
+            return self.timeout_s
         return cfg.request_timeout or self.fleet.defaults.request_timeout
 
     async def close(self) -> None:

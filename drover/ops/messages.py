@@ -15,6 +15,9 @@ from drover.ops.core import Context, Request, Result, op
 class ListRequest(Request):
     target: str | None = Field(None, description="HOST:ID or ID as it was addressed")
     host: str | None = Field(None, description="only messages to this host")
+    hosts: list[str] | None = Field(
+        None, description="only messages to these hosts: names, lists, ranges (h1,h3 · node[01-40] · h[1-3],!h2)"
+    )
     actor: str | None = Field(None, description="only messages from this actor")
     outcome: str | None = Field(None, description="delivered, queuedBehindTurn, held, refused, dropped, failed")
     since: str | None = Field(None, description="a duration (30s, 10m, 2h, 7d) or an ISO time")
@@ -55,8 +58,20 @@ async def messages_list(ctx: Context, req: ListRequest) -> Result:
         if head in ctx.fleet.host_names():
             host, target = head, rest
     cutoff = since_ts(req.since) if req.since else None
+    host_in = None
+    if req.hosts is not None:
+        from drover.hostsets import is_expression, matcher
+
+        if len(req.hosts) == 1 and not is_expression(req.hosts[0]) and host in (None, req.hosts[0]):
+            host = req.hosts[0]  # one name: the file's bytes can rule lines out before they are parsed
+        elif req.hosts:
+            host_in = matcher(req.hosts)  # the record outlives hosts: a name the fleet dropped still matches
+        else:
+            raise InvalidRequest("hosts is empty: name at least one host, or leave it out for every host")
     truth = ctx.truth
-    found = truth.query(req.limit, cutoff, host=host, target=target, actor=req.actor, outcome=req.outcome, pending=req.pending)
+    found = truth.query(
+        req.limit, cutoff, host=host, target=target, actor=req.actor, outcome=req.outcome, pending=req.pending, host_in=host_in
+    )
     out: list[dict[str, Any]] = []
     for m in found.messages:
         d = m.to_dict()

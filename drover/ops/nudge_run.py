@@ -210,6 +210,8 @@ async def _send_entry(ctx: Context, entry: NudgeEntry, row: dict[str, Any]) -> N
     done = {"msg": data.get("id"), "outcome": outcome, "code": data.get("code"), "sent": sent}
     ctx.truth.append(_event(entry.key, "done", attempt, **done))
     row.update(id=data.get("id"), outcome=outcome, code=data.get("code"), detail=data.get("detail"), sent=sent)
+    if data.get("warnings"):  # a noisy login shell on the target's host: cron mails it, naming the host
+        row["warnings"] = data["warnings"]
     row["exit_code"] = exit_code
 
 

@@ -47,7 +47,7 @@ class SpawnRequest(Request):
 
 
 class SpawnsRequest(Request):
-    host: str | None = Field(None, description="only sessions spawned on this host")
+    host: str | None = Field(None, description="only sessions spawned on these hosts: a name, list or range (h[1-3],!h2)")
     parent: str | None = Field(None, description="only those dispatched by this actor, or for this message id (or prefix)")
     limit: int = Field(50, ge=1, le=10000, description="the newest N")
 
@@ -309,6 +309,9 @@ async def sessions_spawns(ctx: Context, req: SpawnsRequest) -> Result:
     rows: list[dict[str, Any]] = []
     stats = ReadStats(str(ctx.truth.path))
     complete = True
+    from drover.hostsets import matcher
+
+    on_host = matcher([req.host]) if req.host else None  # the record's hosts: no fleet check (as drover log)
     for ev in ctx.truth.backward(stats, skip=lambda raw: b'"spawn' not in raw):
         kind, sid = ev.get("event"), ev.get("id")
         if not isinstance(sid, str) or not isinstance(kind, str) or not kind.startswith("spawn"):
@@ -320,7 +323,7 @@ async def sessions_spawns(ctx: Context, req: SpawnsRequest) -> Result:
         if not folded:
             continue
         row = folded[0]
-        if req.host and row.get("host") != req.host:
+        if on_host is not None and not on_host(str(row.get("host") or "")):
             continue
         if req.parent and not _parent_matches(row, req.parent):
             continue

@@ -17,8 +17,7 @@ from .screen import lines_of
 Record = Dict[str, Any]
 
 
-def claude_dir() -> str:
-    return os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+claude_dir = procs.claude_dir
 
 
 def stale_reason(rec: Record, domain: Optional[str]) -> Optional[str]:

@@ -172,6 +172,13 @@ def _paste(
     if rec is not None and session["state"] == "waiting":
         # Claude says it waits on its human: whatever the screen looks like, an Enter could answer that.
         return tmux_lane.refusal(P.WAITING, "refused: Claude reports it is %s" % session["reason"], pane, P.WAITING)
+    if pane["engine"] == "unknown":
+        detail = (
+            "%s runs %s, named like an agent but with no evidence of being one (no agent package path, no Claude "
+            "registry record): drover types nothing into it, --raw or not (a fleet's [engines.NAME] commands vouch for "
+            "a program of your own)"
+        )
+        return tmux_lane.refusal(P.UNVERIFIED_ENGINE, detail % (pane["id"], pane.get("command") or "a program"), pane)
     if pane["engine"] == "shell" and not args.get("raw"):
         detail = (
             "%s runs no agent (%s): drover types into a plain program only when asked (--raw, or raw = [...] for this "

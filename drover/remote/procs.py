@@ -1,5 +1,6 @@
 """Processes: the table of who runs under whom, which engine a pane runs, and a process's identity over time."""
 
+import json
 import os
 import re
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -116,7 +117,46 @@ def proc_table(scan: bool = False) -> ProcTable:
     return table
 
 
-def _engine_of(argv: List[str], profiles: Dict[str, Dict[str, Any]], order: List[str]) -> Optional[str]:
+def _resolved(pid: int, path: str) -> str:
+    """A path as the process sees it, links resolved (relative to its working directory), or "" if unreadable."""
+    try:
+        base = os.readlink("/proc/%d/cwd" % pid)
+    except OSError:
+        base = "/"
+    return os.path.realpath(os.path.join(base, path)) if path else ""
+
+
+def _exe(pid: int) -> str:
+    try:
+        return os.readlink("/proc/%d/exe" % pid)
+    except OSError:
+        return ""
+
+
+def claude_dir() -> str:
+    return os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+
+
+def claude_registered(pid: int) -> bool:
+    """Claude Code's own registry names this very process (its pid, and the start time that rules out a reused one)."""
+    try:
+        with open(os.path.join(claude_dir(), "sessions", "%d.json" % pid), encoding="utf-8") as f:
+            rec = json.load(f)
+    except (OSError, ValueError):
+        return False
+    started = proc_start(pid)
+    return isinstance(rec, dict) and rec.get("pid") == pid and started is not None and str(rec.get("procStart")) == started
+
+
+def _engine_of(pid: int, argv: List[str], profiles: Dict[str, Dict[str, Any]], order: List[str]) -> Optional[str]:
+    """The engine this process is, "unknown" when it only bears an engine's name, or None when it is no engine.
+
+    A built-in engine is known by evidence: the running program's package (its executable's or its script's path,
+    links resolved, matches the profile's `scripts`: Claude Code's native binary lives in
+    .../@anthropic-ai/claude-code-linux-x64/, Codex's in @openai/codex*, gemini-cli's in @google/gemini-cli), or,
+    for Claude, its registry record for this pid and start time.  A name alone (`claude`, a copy of sh under that
+    name) is `unknown`: drover types nothing into it.  A fleet that lists an engine's `commands` vouches for those
+    names: that is how a user makes another program an engine."""
     base = os.path.basename(argv[0]) if argv else ""
     scripts = []
     if INTERPRETERS.match(base):
@@ -130,14 +170,25 @@ def _engine_of(argv: List[str], profiles: Dict[str, Dict[str, Any]], order: List
             scripts.append(first[0])
     # npm installs agents as scripts run by node (`node /usr/bin/codex`): the script's name counts as a command.
     names = [base] + [os.path.basename(s) for s in scripts]
+    paths = None  # type: Optional[List[str]]
+    claimed = False
     for name in order:
         prof = profiles[name]
-        if any(n in prof.get("commands", []) for n in names):
+        patterns = prof.get("scripts", [])
+        if any(re.search(pattern, s) for pattern in patterns for s in scripts):
             return name
-        for pattern in prof.get("scripts", []):
-            if any(re.search(pattern, s) for s in scripts):
-                return name
-    return None
+        if not any(n in prof.get("commands", []) for n in names):
+            continue
+        if prof.get("vouched"):
+            return name
+        if paths is None:
+            paths = [p for p in [_exe(pid)] + [_resolved(pid, s) for s in scripts] if p]
+        if any(re.search(pattern, p) for pattern in patterns for p in paths):
+            return name
+        if name == "claude" and claude_registered(pid):
+            return name
+        claimed = True
+    return "unknown" if claimed else None
 
 
 def detect_engine(pid: int, table: ProcTable, profiles: Dict[str, Dict[str, Any]]) -> Tuple[str, int]:
@@ -150,7 +201,7 @@ def detect_engine(pid: int, table: ProcTable, profiles: Dict[str, Dict[str, Any]
         if current in seen or current not in table:
             continue
         seen.add(current)
-        engine = _engine_of(table.argv(current), profiles, order)
+        engine = _engine_of(current, table.argv(current), profiles, order)
         if engine:
             return engine, current
         queue.extend(table.children(current))

@@ -19,6 +19,9 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         "input_end": r"^\s*─{3,}",
         "input_end_last": True,
         "placeholder": [r'^Try "[^"]*"$'],
+        # Drawn dim (its renderedPlaceholder: chalk.dim, the first letter inverted under the cursor): text in normal
+        # intensity is a person's, whatever its words.
+        "placeholder_faint": True,
         "paste_marker": [r"\[Pasted text #\d+( \+\d+ lines)?\]"],
         "live_above": 0,
         # A `❯` cursor on a choice line, or any of the footers Claude draws under a menu: Enter here answers it.
@@ -49,16 +52,22 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
     },
     "codex": {
         "commands": ["codex"],
-        "scripts": [r"@openai/codex/"],
+        # The npm launcher (@openai/codex/bin/codex.js) and the native binary it runs (@openai/codex-linux-x64/...).
+        "scripts": [r"@openai/codex(-[a-z0-9-]+)?/"],
         # The composer: the last `›` line at column 0 (earlier ones are history; `› 1. Yes` is a choice).
         "input": r"^›(?:[ \u00a0](?!\d+\.\s)(.*))?$",
         # The composer's lines go down to the blank line above its status line.
         "input_end": r"^\s*$",
         "placeholder": [r"^Ask Codex to do anything$", r"^Ask a follow-up question$"],
+        "placeholder_faint": True,  # SGR 2, measured on 0.169 (gemini-cli draws its own in a theme's grey instead)
         # Any draft, even one that reads like the placeholder, takes `? for shortcuts` off the footer.
         "empty_footer": r"\? for shortcuts",
         "paste_marker": [r"\[Pasted Content \d+ chars\]"],
         "live_above": 2,
+        # Messages queued with Tab are listed between the working line and the composer (measured on 0.169):
+        # `• Queued follow-up inputs`, a `↳ ` line each (wrapped, indented), and an edit hint last -- the working
+        # line sits above them all.
+        "live_skip_block": [r"^• Queued follow-up inputs\s*$", r"^\s+shift\+← edit last queued message"],
         # Enter while a turn runs makes Codex drop its in-flight request and answer both; Tab queues the message
         # as its own turn after this one (measured on 0.169).
         "submit_when_busy": "Tab",
@@ -162,7 +171,13 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
     },
 }
 
+# A process that bears an engine's name but shows no evidence of being it (procs._engine_of): read like a shell
+# for `drover ls`, and never typed into (delivery refuses it, whatever the caller asks).
+BUILTIN_PROFILES["unknown"] = dict(BUILTIN_PROFILES["shell"], default_state="unknown")
+
 ENGINE_ORDER = ["claude", "codex", "gemini", "demo"]
+# Not engines a process can be detected as, but what is left when none is: never in engine_order.
+NOT_DETECTED = ("shell", "unknown")
 # Keys whose values are regular expressions (one, or a list): checked when profiles are merged.
 PATTERN_KEYS = (
     "dialog",
@@ -175,6 +190,7 @@ PATTERN_KEYS = (
     "input_above",
     "input_end",
     "empty_footer",
+    "live_skip_block",
 )
 PROFILE_KEYS = {
     "input": str,
@@ -183,11 +199,13 @@ PROFILE_KEYS = {
     "submit_delay_s": float,
     "paste_hold_s": float,
     "input_end_last": bool,
+    "placeholder_faint": bool,
     "input_above": str,
     "input_end": str,
     "placeholder": list,
     "paste_marker": list,
     "live_above": int,
+    "live_skip_block": list,
     "commands": list,
     "scripts": list,
     "dialog": list,
@@ -209,6 +227,9 @@ def merge_profiles(overrides: Optional[Dict[str, Dict[str, Any]]]) -> Dict[str, 
             if key not in PROFILE_KEYS:
                 raise HelperError(BAD_PROFILE, "engine profile %r has an unknown key %r" % (name, key))
             base[key] = value
+        # The fleet naming an engine's commands is the user vouching for those programs: a process of that name is
+        # that engine with no further evidence (built-in profiles' names need it; see procs._engine_of).
+        base["vouched"] = bool(over.get("commands"))
         profiles[name] = base
     for name, prof in profiles.items():
         for key in PATTERN_KEYS:
@@ -224,5 +245,5 @@ def merge_profiles(overrides: Optional[Dict[str, Dict[str, Any]]]) -> Dict[str, 
 
 
 def engine_order(profiles: Dict[str, Dict[str, Any]]) -> List[str]:
-    extra = [n for n in profiles if n not in ENGINE_ORDER and n != "shell"]
+    extra = [n for n in profiles if n not in ENGINE_ORDER and n not in NOT_DETECTED]
     return [n for n in ENGINE_ORDER if n in profiles] + sorted(extra)

@@ -84,8 +84,10 @@ DIALOG_AFTER_PASTE = "dialog_after_paste"
 WAITING = "waiting"
 DRAFT_IN_INPUT = "draft_in_input"
 NOT_AN_AGENT = "not_an_agent"
+UNVERIFIED_ENGINE = "unverified_engine"  # a program named like an engine shows no evidence of being it
 NOT_AT_PROMPT = "not_at_prompt"
 MULTILINE_UNBRACKETED = "multiline_unbracketed"
+KEYS_NOT_TEXT = "keys_not_text"  # --raw: the shell's line editor would read the text as commands (vi command mode)
 PASTE_NOT_SHOWN = "paste_not_shown"
 # The pane changed between drover's last look and its Enter (a key typed, a redraw): Enter was not pressed
 CHANGED_BEFORE_ENTER = "changed_before_enter"
@@ -210,8 +212,10 @@ CODES = {
     WAITING: REFUSAL,
     DRAFT_IN_INPUT: REFUSAL,
     NOT_AN_AGENT: REFUSAL,
+    UNVERIFIED_ENGINE: REFUSAL,
     NOT_AT_PROMPT: REFUSAL,
     MULTILINE_UNBRACKETED: REFUSAL,
+    KEYS_NOT_TEXT: REFUSAL,
     PASTE_NOT_SHOWN: REFUSAL,
     CHANGED_BEFORE_ENTER: REFUSAL,
     PANE_LOCKED: REFUSAL,

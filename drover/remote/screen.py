@@ -57,23 +57,98 @@ def is_placeholder(text: str, profile: Profile) -> bool:
     return any(re.match(p, text) for p in profile.get("placeholder", []))
 
 
-def _live(lines: List[str], start: int, above: int) -> int:
-    """The first line of the live region: `above` non-empty lines above the input box."""
+# Select Graphic Rendition, the only escape `capture-pane -e` writes (tmux 3.3).
+SGR = re.compile(r"\x1b\[([0-9;:]*)m")
+
+
+def plain(screen: str) -> str:
+    return SGR.sub("", screen)
+
+
+def drawn_normal(line: str) -> str:
+    """The characters of a styled line (`capture-pane -e`) drawn in normal intensity: an engine draws its
+    placeholder faint, a person's typing comes out in normal intensity.  Cells in reverse video are the cursor
+    (Claude draws it on the placeholder's first letter): neither."""
+    out = []
+    faint = inverse = False
+    pos = 0
+    for m in SGR.finditer(line + "\x1b[m"):
+        if not (faint or inverse):
+            out.append(line[pos : m.start()])
+        pos = m.end()
+        codes = [c.split(":")[0] for c in m.group(1).split(";")] if m.group(1) else ["0"]
+        k = 0
+        while k < len(codes):
+            code = codes[k]
+            if code in ("38", "48", "58"):  # a colour's own numbers (5;N or 2;R;G;B) are no attributes
+                k += 3 if codes[k + 1 : k + 2] == ["5"] else 5
+                continue
+            if code in ("0", ""):
+                faint = inverse = False
+            elif code == "2":
+                faint = True
+            elif code == "22":
+                faint = False
+            elif code == "7":
+                inverse = True
+            elif code == "27":
+                inverse = False
+            k += 1
+    return "".join(out)
+
+
+def _live_above(lines: List[str], start: int, profile: Profile) -> List[str]:
+    """The live region's lines above the input box: `live_above` non-empty lines, not counting a block the engine
+    draws between its status line and the box (`live_skip_block`: the block's first and last line, as Codex lists
+    the messages queued behind its turn -- its lines are the queued texts, not the engine's state, and are left out).
+    """
+    above = int(profile.get("live_above", 0))
+    block = profile.get("live_skip_block") or []
+    live = []  # type: List[str]
     i = start
     while above > 0 and i > 0:
         i -= 1
+        if len(block) == 2 and re.search(block[1], lines[i]):
+            head = [j for j in range(i - 1, -1, -1) if re.search(block[0], lines[j])][:1]
+            if head:
+                i = head[0]
+                continue
         if lines[i].strip():
             above -= 1
-    return i
+        live.insert(0, lines[i])
+    return live
+
+
+# drover's own envelope, as an input box shows it with the whitespace squeezed out: an earlier send of drover's
+# that was pasted and never submitted (refused after its paste, or cut short), not a person's draft.
+OWN = re.compile(r'^<cross-session-message(?:from="[^"]*")?from-session="(msg_[0-9a-f]+)"from-name="drover\(')
+
+
+def drovers_own(text: str) -> Optional[str]:
+    """The message id of drover's own envelope that the box holds, or None."""
+    m = OWN.match(squeeze(text))
+    return m.group(1) if m else None
+
+
+def _typed(box: List[str], profile: Profile) -> str:
+    """What the input box's lines show in normal intensity, past the box's own prompt: text a person typed (a
+    placeholder is drawn faint), whatever its words."""
+    normal = [drawn_normal(line).rstrip() for line in box]
+    m = re.match(profile["input"], normal[0]) if normal else None
+    first = (m.group(1) or "") if m else (normal[0] if normal else "")
+    return squeeze(first + "".join(normal[1:]))
 
 
 def classify(screen: str, profile: Profile, pasted: str = "") -> Dict[str, Any]:
     """What the screen says now: state (idle, busy, dialog, unknown), reason, and the input box's content.
 
+    A screen captured with attributes (`capture-pane -e`) is read for what it says as plain text, and its input box
+    for how it is drawn: text in normal intensity is a person's draft even when it reads like the placeholder.
     With `pasted` (the text drover just pasted), the input box is expected to hold it: `shows_paste` says whether
     it does, and what is in the box never counts as a dialog or a draft (the text may quote dialog words).
     """
-    lines = lines_of(screen)
+    styled = lines_of(screen) if "\x1b[" in screen else None
+    lines = lines_of(plain(screen)) if styled is not None else lines_of(screen)
     box = find_input(lines, profile)
     if profile.get("input") and box is None:
         hit = _search(profile.get("dialog", []), lines)
@@ -83,12 +158,15 @@ def classify(screen: str, profile: Profile, pasted: str = "") -> Dict[str, Any]:
     if box is None:
         return _classify_flat(lines, profile)
     start, end, text = box
-    live = lines[_live(lines, start, int(profile.get("live_above", 0))) : start] + lines[end:]
+    live = _live_above(lines, start, profile) + lines[end:]
     result: Dict[str, Any] = {"input": text}
-    empty = not text or is_placeholder(text, profile)
+    typed = bool(styled and profile.get("placeholder_faint") and _typed(styled[start:end], profile))
+    empty = not text or (is_placeholder(text, profile) and not typed)
     if empty and profile.get("empty_footer") and _search([profile["empty_footer"]], lines[end:]) is None:
         empty = False  # the engine says its input holds something, whatever the box shows
     result["draft"] = not empty and not pasted
+    if result["draft"] and drovers_own(text):
+        result["unsent"] = drovers_own(text)
     if pasted:
         result["shows_paste"] = shows_paste(text, pasted, profile)
     hit = _search(profile.get("dialog", []), live)

@@ -1,17 +1,13 @@
 """Text on its way to a session: control characters neutralised, and the envelope Claude Code's own sender writes."""
 
-import bisect
+import re
 import unicodedata
-from typing import List
+from typing import Dict, List
 
+from . import confusables
 from .protocol import BAD_REQUEST, HelperError
 
 TAG = "cross-session-message"
-# `<` and what Claude Code counts as looking like it (its confusables table, read off 2.1.328), plus a few more.
-LESS_THAN = (
-    "<\u02c2\u1438\u16b2\u2039\u226e\u227a\u2280\u22d6\u2329\u276c\u276e\u2770\u27e8\u2991\u2993\u29fc"
-    "\u2a79\u2aa6\u3008\ufe3f\ufe64\uff1c\U0001d236\u226a\u22d8\u2aa1\u2af7\u27ea\ufe3d\u300a"
-)
 
 
 def neutralise(text: str) -> str:
@@ -38,56 +34,94 @@ def neutralise(text: str) -> str:
     return "".join(out)
 
 
-# Letters that look like the tag's letters without being them (Cyrillic, Greek, small capitals, dotless i): a model
-# reads `<сross-session-message` (Cyrillic с) as the tag, so drover disarms it as one.
-LOOKALIKES = dict(
-    zip(
-        "асеорухкіјѕԁԛԝһӏвмнтαεικνορτυχϳβζημνυᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘʀꜱᴛᴜᴠᴡʏᴢıɩ",
-        "aceopyxkijsdqwhlbmhtaeikvoptuxjbzhmnyabcdefghijklmnoprstuvwyzii",
-    )
-)
+# The tags whose lookalikes a message body must not carry: the envelope's own, and the others Claude Code disarms in
+# a peer message's body (it drops the body from its record when it had to disarm anything there).
+TAGS = ("cross-session-message", "teammate-message", "agent-message", "cited")
+OPENERS = frozenset(confusables.OPENERS)
 
 
-def _letters(text: str) -> List[tuple]:
-    """(index, letter) for every character of text that reads as an ASCII letter (NFKC, case-folded, lookalikes)."""
-    out = []
-    for i, ch in enumerate(text):
-        folded = unicodedata.normalize("NFKC", LOOKALIKES.get(ch.lower(), ch)).casefold()
-        for letter in folded:
-            if "a" <= letter <= "z":
-                out.append((i, letter))
+def _reading_table() -> Dict[int, str]:
+    """str.translate table that writes text as a reader reads it, for the tag search, one symbol per character:
+
+    a letter as its lower-case ASCII self if it is ASCII (`0` and `1` as `o` and `i`, as TR39 reads them), as the
+    upper-case letter it reads as if it is not (`с` -> `C`: a letter, but, like anything not ASCII, filler before a
+    tag); any `<` as `<`; `\\` as itself; another ASCII digit, `_` or `-` as `0`; any other ASCII as a space.  A
+    character that reads as several letters (`ß`) becomes them all.  Anything else is left as it is: read as
+    nothing, so filler.  TR39 gives every capital-I lookalike the prototype `l`, and no tag holds an `l`: an `l`
+    counts as an `i`, so `SESSΙON` with a Greek capital iota spells the tag.
+    """
+    table = {}  # type: Dict[int, str]
+    for code in range(0x80):
+        ch = chr(code)
+        table[code] = ch.lower() if ch.isalpha() else "0" if ch.isdigit() or ch in "_-" else " "
+    table.update({ord("l"): "i", ord("L"): "i", ord("0"): "o", ord("1"): "i", ord("|"): "I", ord("\\"): "\\"})
+    for letter, chars in confusables.READS.items():
+        for ch in chars:
+            table[ord(ch)] = "I" if letter == "l" else letter.upper()
+    for ch, read in confusables.MULTI.items():
+        table[ord(ch)] = "".join("I" if c == "l" else c.upper() if "a" <= c <= "z" else " " for c in read)
+    for ch in OPENERS:
+        table[ord(ch)] = "<"
+    return table
+
+
+_READING = _reading_table()
+_MULTI = frozenset(confusables.MULTI)
+_BETWEEN = "[^a-zA-Z]*"  # between a tag's letters: anything that is not a letter (a hyphen, a space, an invisible)
+_SPELLED = "|".join(_BETWEEN.join("[%s%s]" % (c, "I" if c == "i" else c.upper()) for c in tag.replace("-", "")) for tag in TAGS)
+# A `<` not already followed by a backslash, then filler (no ASCII letter or digit, `_`, `-` or other `<`), then a
+# tag's letters.  Run on the text as _READING writes it.
+_OPENS_TAG = re.compile(r"<(?!\\)(?=[^a-z0<]*?(?:%s))" % _SPELLED)
+
+
+def _index_map(body: str) -> List[int]:
+    """Where each symbol of the reading came from in body (a character that reads as several letters is several)."""
+    out = []  # type: List[int]
+    for i, ch in enumerate(body):
+        out.extend([i] * (len(_READING[ord(ch)]) if ch in _MULTI else 1))
     return out
 
 
 def escape_tags(body: str) -> str:
-    """Disarm every opening or closing <cross-session-message tag in the body, and every lookalike of one.
+    """Disarm every opening or closing tag of TAGS in the body, and every lookalike of one, with a `\\` after its `<`.
 
-    Claude Code escapes a closing tag in a peer message's body as `<\\/cross-session-message` -- case-insensitively,
-    through lookalikes of `<` and `/`, filler characters and invisible ones between the letters -- and then requires
-    the envelope it re-renders to equal the one it received.  So drover escapes a superset of what Claude would:
-    any `<` or lookalike whose next letters, whatever stands between them, spell the tag.  The body is then left
-    alone by Claude's escaper (the round trip holds and the transcript keeps its body), and on the tmux lane no
-    forged opening or closing tag reaches the model.  Over-escaping `<1/cross…` costs a backslash, nothing more.
+    Whether a `<` opens a tag is decided on how the text reads, not on a list of tricks: every character reads as
+    the letters Unicode's confusables data and normalisation (NFKD without marks, NFKC, case folding) make of it
+    (drover/remote/confusables.py, generated from the data), default-ignorable characters read as nothing, and a
+    `<` is any character that reads or is named as one.  A `<` (not already followed by a backslash) is disarmed
+    when, after nothing but filler (no ASCII letter, digit, `_`, `-` or other `<`: so `/`, spaces, lookalike
+    letters and invisible characters), the letters that follow -- whatever non-letters stand between them -- spell
+    a tag.
+
+    That is a superset of what Claude Code disarms in a peer message (its closing-tag escape, which its envelope
+    round trip re-renders, and its scrub of lookalike tags in the body, which costs the body its place in the
+    transcript): so Claude leaves drover's body alone, the round trip holds and the transcript keeps the body.  On
+    the tmux lane no forged opening or closing tag reaches the model.  Over-escaping costs a backslash.
     """
-    letters = _letters(body)
-    positions = [i for i, _ in letters]
-    wanted = TAG.replace("-", "")
+    if OPENERS.isdisjoint(body):
+        return body
+    reading = body.translate(_READING)
+    hits = [m.start() for m in _OPENS_TAG.finditer(reading)]
+    if not hits:
+        return body
+    if len(reading) != len(body):
+        where = _index_map(body)
+        hits = [where[h] for h in hits]
     out = []
-    for i, ch in enumerate(body):
-        out.append(ch)
-        if ch not in LESS_THAN or body[i + 1 : i + 2] == "\\":
-            continue
-        k = bisect.bisect_right(positions, i)
-        if "".join(letter for _, letter in letters[k : k + len(wanted)]) == wanted:
-            out.append("\\")
+    done = 0
+    for i in hits:
+        out.append(body[done : i + 1] + "\\")
+        done = i + 1
+    out.append(body[done:])
     return "".join(out)
 
 
 def sanitise_name(name: str) -> str:
     """from-name as Claude Code renders it: no quotes or angle brackets, no control, format, surrogate or
-    line/paragraph-separator characters, trimmed, at most 64 characters (so its round trip holds)."""
+    line/paragraph-separator characters, trimmed, at most 64 characters (so its round trip holds).  No lookalike of
+    `<` either: the name stands inside the envelope, where a forged tag would cost the body (see escape_tags)."""
     drop = ("Cc", "Cf", "Cs", "Zl", "Zp")
-    kept = [ch for ch in name if ch not in '"<>' and unicodedata.category(ch) not in drop]
+    kept = [ch for ch in name if ch not in '"<>' and ch not in OPENERS and unicodedata.category(ch) not in drop]
     return "".join(kept).strip()[:64].strip()
 
 

@@ -16,12 +16,12 @@ import time
 import uuid
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from . import procs
+from . import line_editor, procs
 from . import protocol as P
 from .discovery import Profiles, Session, public
 from .faults import fault
 from .protocol import HelperError
-from .screen import classify, is_placeholder, lines_of, paste_allowed
+from .screen import classify, is_placeholder, lines_of, paste_allowed, plain
 from .tmux import capture, pane_flags, press_if, tmux, witness
 
 Outcome = Dict[str, Any]
@@ -31,6 +31,26 @@ Outcome = Dict[str, Any]
 # outside brackets and a leading (venv)).
 PROMPT = re.compile(r"^(\([^)]*\) )?(\[[^\]]*\]|[^\s\[\]])*( ~[^\s]*)? ?[$#%❯»➜λ] ?$")
 SHELLS = {"bash", "zsh", "sh", "dash", "ash", "ksh", "mksh", "fish", "tcsh", "csh"}
+# tcsh's and fish's prompts end in `>` by default (Debian's tcsh `host:~> `, its built-in `> `, fish's
+# `user@host ~> `), where bash's `> ` is a continuation; tcsh continues with `? `, fish draws no continuation
+# prompt.  fish's default shows the directory after a space, a git branch in parentheses, and in vi bindings the
+# mode first (`[I] `).
+GT_PROMPT = re.compile(r"^(\[[A-Z]\] )?(\S+@\S+ )?\S*( \([^()\s]*\))?[>#] ?$")
+
+
+def prompt_line(shell: str, line: str) -> bool:
+    """Is `line` the shell's prompt with nothing typed after it?"""
+    if PROMPT.match(line):
+        return True
+    return shell in ("tcsh", "fish") and bool(GT_PROMPT.match(line))
+
+
+def _tty(pid: int) -> str:
+    """The terminal the shell reads (its stdin)."""
+    try:
+        return os.readlink("/proc/%d/fd/0" % pid)
+    except OSError:
+        return ""
 
 
 def refusal(code: str, detail: str, session: Session, state: str = "") -> Outcome:
@@ -99,15 +119,26 @@ def _foreground_is_shell(pane_pid: int) -> bool:
     fg = procs.foreground(pane_pid)
     if fg is None or fg[0] != fg[1] or fg[2] == "T":
         return False
-    return [pid for pid, _name in procs.group_members(fg[1])] == [pane_pid]
+    # A zombie reads nothing (fish leaves its finished background helpers unreaped in its own group for a while).
+    alive = [pid for pid, _name in procs.group_members(fg[1]) if (procs.stat_fields(pid) or ["Z"])[0] != "Z"]
+    return alive == [pane_pid]
+
+
+def _shell_name(pane_pid: int, command: str) -> str:
+    """The shell's own name: tmux's pane_current_command is argv[0] as the shell rewrote it (tcsh shows `-csh` or
+    `usr/bin/tcsh`), the kernel's command name is not."""
+    entry = procs.ProcTable(lazy=True)
+    name = entry[pane_pid][1] if pane_pid in entry else ""
+    return name if name in SHELLS else os.path.basename(command)
 
 
 def check_shell(session: Session, flags: Dict[str, str], screen: str, text: str, profile: Dict[str, Any]) -> Optional[Outcome]:
     """For --raw: only at a shell's own prompt, and multi-line text only where the shell asked for bracketed paste."""
-    command = flags.get("pane_current_command", "")
+    current = flags.get("pane_current_command", "")
+    command = _shell_name(int(flags["pane_pid"] or 0), current)
     if command not in SHELLS or not _foreground_is_shell(int(flags["pane_pid"] or 0)):
         detail = "the pane's foreground program is %s, not a shell at its prompt: drover never types into a pager, " % (
-            command or "unknown"
+            current or "unknown"
         )
         return refusal(P.NOT_AT_PROMPT, detail + "editor, REPL or another program's question", session)
     seen = classify(screen, profile)
@@ -115,9 +146,13 @@ def check_shell(session: Session, flags: Dict[str, str], screen: str, text: str,
         return refusal(P.DIALOG, "refused: the shell is asking something: %s" % seen["reason"], session, "dialog")
     nonempty = [line for line in lines_of(screen) if line.strip()]
     last = nonempty[-1].rstrip() if nonempty else ""
-    if not PROMPT.match(last):
+    if not prompt_line(command, last):
         detail = "the last line %r is not a bare shell prompt (a read -p question, a continuation, or a person's draft?)"
         return refusal(P.NOT_AT_PROMPT, detail % last[-60:], session)
+    pid = int(flags["pane_pid"] or 0)
+    why = line_editor.refusal(command, pid, _tty(pid), screen)
+    if why is not None:
+        return refusal(P.KEYS_NOT_TEXT, "refused before pasting: " + why, session)
     if "\n" in text.strip("\n"):
         # Whether the shell asked for bracketed paste cannot be read from tmux 3.3, and bash before 5.1 or a
         # `set -o vi` in command mode takes each line (or the text itself) as keys: one line, or nothing.
@@ -157,8 +192,10 @@ def check_pane(
                 ": %s has the keyboard" % holder[0][1] if holder else "",
             )
             return refusal(P.NOT_FOREGROUND, detail, session), "", {}
-    screen = capture(socket, pane_id)
-    seen = classify(screen, profiles[expect], pasted)
+    # With attributes where the engine has a placeholder: it is told from a person's text by being drawn dim.
+    styled = profiles[expect].get("placeholder_faint") and tmux(socket, ["capture-pane", "-p", "-e", "-t", pane_id])
+    screen = plain(styled) if styled else capture(socket, pane_id)
+    seen = classify(styled or screen, profiles[expect], pasted)
     seen["flags"] = flags
     own = status() if status is not None else None
     if own is not None and seen["state"] in ("idle", "busy"):
@@ -173,15 +210,12 @@ def check_pane(
     return None, screen, seen
 
 
-# A program may answer a paste with a dialog of its own (a confirmation, a "paste N lines?"): it gets this long,
-# from when the paste began to show, to draw it before the second look, however fast the text itself landed --
-# unless its profile names its own measured redraw (`paste_hold_s`).  A tester measured why: with ~10 ms (two
-# identical captures, the text whole in the box), an Enter answered dialogs drawn 12-25 ms after the paste.  A
-# dialog drawn later than the hold is no longer answered either: the Enter is pressed only onto the screen the last
-# look saw (_enter), and a program reads an Enter sent before it drew its dialog as meant for the box.
+# A program may answer a paste with a dialog of its own: it gets this long from when the paste began to show
+# (or its profile's measured `paste_hold_s`) to draw it before the second look.  With ~10 ms an Enter answered
+# dialogs drawn 12-25 ms after the paste; a later dialog is safe from the Enter pressed only onto what the last
+# look saw (_enter).
 MIN_HOLD_S = 0.06
-# The last look and the conditional Enter, at most this many times: a skipped Enter (the pane changed in between)
-# looks again, so a spinner or a clock does not refuse a message; a draft or a dialog is refused by that look.
+# A skipped Enter looks again this often: a redraw alone (a spinner) refuses nothing; a draft or a dialog does.
 ENTER_TRIES = 3
 
 
@@ -226,6 +260,12 @@ def _verdict(seen: Dict[str, Any], profile: Dict[str, Any], engine: str) -> Tupl
     state = seen["state"]
     if state == "dialog":
         return P.DIALOG, "refused: " + seen["reason"]
+    if seen.get("unsent"):
+        unsent = seen["unsent"]
+        return P.DRAFT_IN_INPUT, (
+            "refused: drover's own earlier message %s sits unsent in the input box (pasted, never submitted); nothing "
+            "is pasted onto it: `drover retry %s` or clearing the box frees the pane" % (unsent, unsent)
+        )
     if seen.get("draft"):
         return P.DRAFT_IN_INPUT, "refused: the input box holds text nobody sent yet (%r): a person's draft is theirs" % (
             seen["input"][:60]
@@ -299,6 +339,8 @@ def _deliver_locked(
             code, detail = _verdict(seen, profiles[engine], engine)
             if code:
                 refused = refusal(code, detail, session, seen["state"])
+                if seen.get("unsent"):
+                    refused["unsent"] = seen["unsent"]
         if refused is not None:
             return refused
         state = seen["state"]

@@ -101,6 +101,35 @@ def _codex_event(rec: Dict[str, Any], limit: int) -> Optional[Dict[str, Any]]:
     return None
 
 
+ENVELOPE = re.compile(r"^<cross-session-message([^>]*)>\n(.*)\n</cross-session-message>$", re.S)
+FROM_NAME = re.compile(r' from-name="([^"]*)"')
+
+
+def _demo_event(rec: Dict[str, Any], limit: int) -> Optional[Dict[str, Any]]:
+    """drover's demo agent (drover/demo_agent.py): its log is its transcript -- what it received, what it replied."""
+    kind = rec.get("type")
+    if kind not in ("message", "reply") or not isinstance(rec.get("t"), (int, float)):
+        return None
+    when = datetime.fromtimestamp(rec["t"], timezone.utc).isoformat()
+    text = str(rec.get("text", ""))
+    if kind == "reply":
+        return {"time": when, "role": "assistant", "text": text[:limit]}
+    m = ENVELOPE.match(text)
+    if m is None:
+        return {"time": when, "role": "user", "text": text[:limit]}
+    sender = FROM_NAME.search(m.group(1))
+    return {"time": when, "role": "peer", "text": m.group(2)[:limit], "from": sender.group(1) if sender else None}
+
+
+def _demo_log(session: Session) -> Optional[str]:
+    from . import procs
+
+    argv = procs.argv_of(int(session.get("engine_pid") or 0)) or []
+    if "--log" in argv and argv.index("--log") + 1 < len(argv):
+        return argv[argv.index("--log") + 1]
+    return None
+
+
 def codex_home() -> str:
     return os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
 
@@ -123,6 +152,11 @@ def transcript_for(session: Optional[Session], target: str) -> Tuple[str, str]:
         raise HelperError(
             P.NO_TRANSCRIPT, "Codex thread %s has no rollout yet (Codex writes it at the first message)" % session["thread"]
         )
+    if session is not None and session["engine"] == "demo":
+        log = _demo_log(session)
+        if log and os.path.isfile(log):
+            return log, "demo"
+        raise HelperError(P.NO_TRANSCRIPT, "the demo agent %s keeps no log drover can read" % session["id"])
     if re.match(r"^[A-Za-z0-9-]{6,}$", target):
         pattern = os.path.join(codex_home(), "sessions", "**", "rollout-*%s*.jsonl" % glob.escape(target))
         hits = glob.glob(pattern, recursive=True)
@@ -143,7 +177,7 @@ def read(path: str, engine: str, args: Dict[str, Any]) -> Dict[str, Any]:
     limit = int(args.get("max_chars", 4000))
     kept: deque = deque(maxlen=last)
     total = 0
-    to_event = _claude_event if engine == "claude" else _codex_event
+    to_event = {"claude": _claude_event, "demo": _demo_event}.get(engine, _codex_event)
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             try:

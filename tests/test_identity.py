@@ -1,0 +1,143 @@
+"""Which engine a process is comes from evidence -- its package's path, Claude's registry record, or the fleet
+vouching for it -- never from its name: a shell copied to `claude` gets nothing typed into it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import drover
+from drover.remote import procs
+from drover.remote.profiles import merge_profiles
+from tests.conftest import SCREENS, Tmux, stays, wait_for
+
+SH = shutil.which("dash") or "/bin/sh"
+
+
+@pytest.fixture
+def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def run(spawned: list[subprocess.Popen[bytes]], *argv: str, cwd: Path | None = None) -> int:
+    proc = subprocess.Popen(list(argv), cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    spawned.append(proc)
+    wait_for(lambda: (procs.argv_of(proc.pid) or [""])[0] == argv[0], what="the program to start")
+    return proc.pid
+
+
+def engine_of(pid: int, fleet: dict[str, dict[str, Any]] | None = None) -> str:
+    return procs.detect_engine(pid, procs.proc_table(), merge_profiles(fleet))[0]
+
+
+def shell_named(tmp: Path, name: str) -> Path:
+    """A copy of the system shell under an engine's name, as a stranger would make one."""
+    exe = tmp / "bin" / name
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(SH, exe)
+    return exe
+
+
+def test_a_shell_named_claude_is_unknown_unless_the_fleet_vouches_for_it(tmp_path: Path, spawned: Any) -> None:
+    exe = shell_named(tmp_path, "claude")
+    pid = run(spawned, str(exe), "-c", "read line")
+    assert engine_of(pid) == "unknown"
+    assert engine_of(pid, {"claude": {"dialog": ["Enter to confirm"]}}) == "unknown"  # an override is no vouching
+    assert engine_of(pid, {"claude": {"commands": ["claude"]}}) == "claude"
+    assert engine_of(pid, {"mine": {"commands": ["claude"]}}) == "mine"  # another program the user names
+
+
+def test_claudes_registry_record_for_this_very_process_is_evidence(
+    tmp_path: Path, spawned: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exe = shell_named(tmp_path, "claude")
+    pid = run(spawned, str(exe), "-c", "read line")
+    sessions = tmp_path / "claude" / "sessions"
+    sessions.mkdir(parents=True)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(sessions.parent))
+    record = {"pid": pid, "sessionId": "0e0e0e0e-1111-2222-3333-444455556666", "procStart": "1"}
+    (sessions / f"{pid}.json").write_text(json.dumps(record))
+    assert engine_of(pid) == "unknown"  # a record of another process once under this pid
+    record["procStart"] = procs.proc_start(pid)
+    (sessions / f"{pid}.json").write_text(json.dumps(record))
+    assert engine_of(pid) == "claude"
+
+
+@pytest.mark.parametrize(
+    ("engine", "package"),
+    [("codex", "@openai/codex/bin/codex.js"), ("gemini", "@google/gemini-cli/bundle/gemini.js")],
+)
+def test_npm_agents_are_known_by_their_package_through_the_link_npm_makes(
+    tmp_path: Path, spawned: Any, engine: str, package: str
+) -> None:
+    """`node …/node_modules/.bin/codex` is Codex because the link resolves into @openai/codex; the same script
+    copied to a bin/codex of its own is only named so."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node is not installed: the README's test command installs it (npm)")
+    modules = tmp_path / "node_modules"
+    script = modules / package
+    script.parent.mkdir(parents=True)
+    script.write_text("setInterval(() => {}, 1000);\n")
+    (modules / ".bin").mkdir()
+    (modules / ".bin" / engine).symlink_to(Path("..") / package)
+    linked = run(spawned, node, str(modules / ".bin" / engine))
+    assert engine_of(linked) == engine
+    relative = run(spawned, node, f".bin/{engine}", cwd=modules)  # resolved from the process's own directory
+    assert engine_of(relative) == engine
+    copy = tmp_path / "bin" / engine
+    copy.parent.mkdir()
+    shutil.copy(script, copy)
+    named = run(spawned, node, str(copy))
+    assert engine_of(named) == "unknown"
+
+
+def test_the_real_agents_install_paths_are_their_evidence(claude_binary: Path) -> None:
+    """Where npm puts the real programs (tests/*lab.py install them): Claude's native binary, Codex's launcher and
+    the native binary it runs, gemini-cli's bundle -- each matches its profile's package path, links resolved."""
+    from tests import codexlab, geminilab
+
+    profiles = merge_profiles(None)
+    codex_launcher = codexlab.binary_path().resolve()
+    codex_native = sorted(codexlab.cache_dir().glob("node_modules/@openai/codex-*/**/codex"))
+    installed = {
+        "claude": [claude_binary.resolve()],
+        "codex": [codex_launcher, *[p.resolve() for p in codex_native if p.is_file()]],
+        "gemini": [geminilab.binary_path().resolve()],
+    }
+    for engine, paths in installed.items():
+        for path in paths:
+            assert path.exists(), f"{path}: run the README's test command to install the {engine} lab"
+            assert any(re.search(p, str(path)) for p in profiles[engine]["scripts"]), (engine, path)
+    assert len(installed["codex"]) >= 2, installed["codex"]
+
+
+def test_a_shell_copied_to_claude_drawing_claudes_box_gets_nothing_typed(tmux: Tmux, isolated: Path, cli: Any) -> None:
+    """A stranger's finding: dash copied to a file named `claude`, showing a prompt drawn like Claude's box, was
+    taken for Claude, and each line of the envelope ran as it landed.  Now it is `unknown`: refused, nothing sent."""
+    exe = shell_named(isolated, "claude")
+    ran = isolated / "ran.log"
+    screen = SCREENS / "claude-idle.txt"
+    script = f'cat {screen}; while IFS= read -r line; do printf "%s\\n" "$line" >> {ran}; done'
+    pane = tmux.start("fake-claude", f"{exe} -c '{script}'", width=170, height=55)
+    wait_for(lambda: "? for shortcuts" in pane.screen() or "❯" in pane.screen(), what="the Claude-like box")
+    rows = cli("ls", "--json").json()["data"]["sessions"]
+    assert [r["engine"] for r in rows if r["id"] == pane.id] == ["unknown"], rows
+    doc = drover.run("sessions.message", {"id": pane.address, "text": "echo pwned > /tmp/x"}, actor="tester")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "unverified_engine"), doc.data
+    assert doc.exit_code == 4
+    assert "no evidence" in doc.data["detail"]
+    raw = drover.run("sessions.message", {"id": pane.address, "text": "echo pwned", "raw": True}, actor="tester")
+    assert (raw.data["outcome"], raw.data["code"]) == ("refused", "unverified_engine"), raw.data
+    stays(lambda: not ran.exists(), what="the fake receiving nothing")
