@@ -54,6 +54,7 @@ class Agent:
         self.split_draw = split_draw
         self.ignore_enter = ignore_enter
         self.pasted_at = 0.0
+        self.dialog_shown = 0.0
         self.name = name
         # With --reply, each message is answered (a `reply` event in the log) once the work it caused is done: what
         # a coordinator reads back with `drover read` (the log is the demo agent's transcript).
@@ -121,7 +122,16 @@ class Agent:
                 lines.append("  ✻ Working… (esc to interrupt)")
             else:
                 lines.append("  idle · paste or type a message")
-        out = ("\x1b[H\x1b[2J" + "\r\n".join(line[: cols - 1] for line in lines[-rows:])).encode("utf-8")
+        shown = [line[: cols - 1] for line in lines[-rows:]]
+        # The cursor rests where the real programs keep it: after the text in the input box (it moves with every key
+        # typed there), or on the dialog's choice -- what drover's conditional Enter compares.
+        if self.dialog:
+            row = next(i for i, line in enumerate(shown) if "❯" in line)
+            col = shown[row].index("❯")
+        else:
+            row = len(shown) - 3  # the box's last row: above its lower rule and the footer
+            col = len(shown[row])
+        out = ("\x1b[H\x1b[2J" + "\r\n".join(shown) + f"\x1b[{row + 1};{col + 1}H").encode("utf-8")
         if self.split_draw:
             os.write(1, out[: len(out) // 2])
             time.sleep(self.split_draw)
@@ -147,7 +157,10 @@ class Agent:
                 self.dialog_choice = 2 if self.dialog_choice == 1 else 1
                 return
             if name == "Enter":
-                self.record(type="dialog", answer="yes" if self.dialog_choice == 1 else "no")
+                # How long the dialog had been on screen (written out) when the Enter was read: the window a
+                # sender's look could not close.
+                age = round((time.monotonic() - self.dialog_shown) * 1000, 2) if self.dialog_shown else None
+                self.record(type="dialog", answer="yes" if self.dialog_choice == 1 else "no", shown_ms=age)
             else:
                 self.record(type="dialog", answer="cancel" if name == "Esc" else "key:" + name)
             self.dialog = False
@@ -159,6 +172,8 @@ class Agent:
             self.submit()
         elif name == "Backspace":
             self.buf = self.buf[:-1]
+        elif name == "C-u":
+            self.buf = ""  # clears the box, as in the real programs
         else:
             self.record(type="key", key=name)
 
@@ -183,6 +198,7 @@ class Agent:
                     # A permission dialog that pops up right after the text landed in the input box (kept there).
                     self.dialog = True
                     self.dirty = True
+                    self.record(type="dialog_drawn")
                 continue
             ch = self.pending[0]
             if ch == "\x1b":
@@ -222,6 +238,13 @@ class Agent:
         else:
             self.buf += chunk
 
+    def take_waiting(self, fd: int, decoder: codecs.IncrementalDecoder) -> None:
+        while select.select([fd], [], [], 0)[0]:
+            data = os.read(fd, 65536)
+            if not data:
+                break
+            self.feed(decoder.decode(data))
+
     # -- main loop -------------------------------------------------------------------------------------------
     def run(self) -> None:
         fd = 0
@@ -235,8 +258,7 @@ class Agent:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
         def show_dialog(*_: object) -> None:
-            self.dialog = True
-            self.dirty = True
+            self.dialog_at = time.monotonic()  # drawn by the main loop at once, after the keys that came before it
 
         def toggle_busy(*_: object) -> None:
             self.busy_forced = not self.busy_forced
@@ -245,6 +267,7 @@ class Agent:
         signal.signal(signal.SIGUSR1, show_dialog)
         signal.signal(signal.SIGUSR2, toggle_busy)
         signal.signal(signal.SIGWINCH, lambda *_: setattr(self, "dirty", True))
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # through `finally`: the cursor goes below the screen
         os.write(1, b"\x1b[?2004h")
         self.record(type="start", pid=os.getpid())
         was_busy = False
@@ -266,8 +289,21 @@ class Agent:
                 except InterruptedError:
                     continue
                 if self.dialog_at and time.monotonic() >= self.dialog_at:
+                    # Keys that reached the program before its dialog was written out were sent before anyone --
+                    # a person, tmux -- could have seen that dialog: they are meant for the screen shown until then
+                    # (an Enter onto the input box submits it), taken first, as they came.  Looked for before the
+                    # dialog is drawn and again once its write returned (a key may land while it is written).
+                    self.take_waiting(fd, decoder)
                     self.dialog_at, self.dialog = 0.0, True
                     self.draw()
+                    self.dialog_shown = time.monotonic()
+                    if select.select([fd], [], [], 0)[0]:
+                        self.dialog = False
+                        self.take_waiting(fd, decoder)
+                        self.dialog = True
+                        self.draw()
+                    self.record(type="dialog_drawn")
+                    continue
                 if not ready:
                     if self.pending == "\x1b":
                         self.pending = ""
@@ -280,7 +316,8 @@ class Agent:
                 self.feed(decoder.decode(data))
                 self.dirty = True
         finally:
-            os.write(1, b"\x1b[?2004l")
+            # Leave the cursor below the last line, where the shell that gets the terminal back prints its prompt.
+            os.write(1, b"\x1b[?2004l\x1b[999;1H\r\n")
             termios.tcsetattr(fd, termios.TCSANOW, old)
 
 

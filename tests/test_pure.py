@@ -65,6 +65,7 @@ PINNED_CODES = {
     "refusal": [
         "busy",
         "cannot_verify",
+        "changed_before_enter",
         "copy_mode",
         "denied",
         "dialog",

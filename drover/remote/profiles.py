@@ -40,6 +40,11 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         ],
         "busy": [r"esc to interrupt"],
         "idle": [r"^\s*❯\s*$"],
+        # The hold after a paste shows, before the last look (tmux_lane._settle).  Measured (tests/test_redraw.py,
+        # 2.1.328, a shared 2-core machine, three runs of 10 pastes): Claude draws a pasted text in one write,
+        # 18-487 ms after the paste (load decides); no second write followed within 600 ms.  The hold counts from
+        # that write: it is for a dialog the program might raise in answer to the paste, 60 ms as before.
+        "paste_hold_s": 0.06,
         "dialog_scope": "screen",
         "default_state": "unknown",
         "queues_when_busy": True,
@@ -82,6 +87,9 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         ],
         "busy": [r"esc to interrupt"],
         "idle": [r"\? for shortcuts"],
+        # Measured as for Claude (0.169): one write 4-104 ms after the paste (a second within
+        # 0.4 ms of it at most), nothing after it.
+        "paste_hold_s": 0.04,
         "dialog_scope": "screen",
         "default_state": "unknown",
         "queues_when_busy": True,
@@ -114,6 +122,9 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         "idle": [r"^ ?[>*] +Type your message or @path/to/file"],
         # Under tmux an Enter within ~40 ms of a paste (plus its redraw) becomes a newline (real 0.61, measured).
         "submit_delay_s": 0.5,
+        # It draws a paste in one or two writes, 20-166 ms after it and at most 20 ms apart (tests/test_redraw.py,
+        # 0.61, three runs): 60 ms covers the second.
+        "paste_hold_s": 0.06,
         "dialog_scope": "screen",
         "default_state": "unknown",
         "queues_when_busy": True,
@@ -131,6 +142,8 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         "dialog": [r"Do you want to proceed\?", r"Enter to confirm"],
         "busy": [r"esc to interrupt"],
         "idle": [r"^\s*❯\s*$"],
+        # It draws every frame in one write, 2-63 ms after a paste (tests/test_redraw.py).
+        "paste_hold_s": 0.02,
         "dialog_scope": "screen",
         "default_state": "unknown",
         "queues_when_busy": True,
@@ -185,6 +198,7 @@ PROFILE_KEYS = {
     "empty_footer": str,
     "submit_when_busy": str,
     "submit_delay_s": float,
+    "paste_hold_s": float,
     "input_end_last": bool,
     "placeholder_faint": bool,
     "input_above": str,

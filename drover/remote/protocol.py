@@ -89,6 +89,8 @@ NOT_AT_PROMPT = "not_at_prompt"
 MULTILINE_UNBRACKETED = "multiline_unbracketed"
 KEYS_NOT_TEXT = "keys_not_text"  # --raw: the shell's line editor would read the text as commands (vi command mode)
 PASTE_NOT_SHOWN = "paste_not_shown"
+# The pane changed between drover's last look and its Enter (a key typed, a redraw): Enter was not pressed
+CHANGED_BEFORE_ENTER = "changed_before_enter"
 PANE_LOCKED = "pane_locked"
 WOULD_BE_HELD = "would_be_held"
 # A paste asked for a session whose engine has its own lane (Claude's inbox, a Codex thread's queue): native only
@@ -215,6 +217,7 @@ CODES = {
     MULTILINE_UNBRACKETED: REFUSAL,
     KEYS_NOT_TEXT: REFUSAL,
     PASTE_NOT_SHOWN: REFUSAL,
+    CHANGED_BEFORE_ENTER: REFUSAL,
     PANE_LOCKED: REFUSAL,
     WOULD_BE_HELD: REFUSAL,
     NATIVE_LANE: REFUSAL,

@@ -1,6 +1,7 @@
 """tmux: every server of this user, its panes, and the few commands the lanes need."""
 
 import os
+import re
 import shutil
 import socket as socketlib
 import subprocess
@@ -237,3 +238,64 @@ def pane_flags(socket: str, pane_id: str) -> Pane:
     if len(parts) != len(FIELDS) or parts[0] != pane_id:
         raise HelperError(PANE_GONE, "pane %s is gone" % pane_id)
     return dict(zip(FIELDS, parts))
+
+
+# -- the Enter that lands only on the screen drover looked at ----------------------------------------------------
+
+# What any redraw, key echo or dialog of the program moves, read by tmux itself: the cursor (a program that follows
+# its text with the cursor -- Claude Code, Codex, the demo agent -- moves it at every key typed into its box, and to
+# a choice line when it draws a dialog), the scrollback a full-screen clear pushes into history, the screen it is
+# drawn on, and the pane's own state.  Compared inside the server in the same step as the key (press_if).
+WITNESS = (
+    "cursor_x",
+    "cursor_y",
+    "cursor_flag",
+    "history_size",
+    "history_bytes",
+    "alternate_on",
+    "pane_width",
+    "pane_height",
+    "pane_in_mode",
+    "pane_input_off",
+    "pane_dead",
+    "pane_pid",
+)
+
+
+def witness(socket: str, pane_id: str) -> Dict[str, str]:
+    """The pane's WITNESS fields now, as press_if compares them."""
+    nonce = os.urandom(8).hex()
+    out = tmux(socket, ["display-message", "-p", "-t", pane_id, nonce + " " + " ".join("#{%s}" % f for f in WITNESS)])
+    fields = out.strip("\n").split(" ")
+    # tmux 3.3 answers display-message for a gone pane with empty fields; every witness is a number.
+    if fields[0] != nonce or len(fields) != len(WITNESS) + 1 or not all(f.isdigit() for f in fields[1:]):
+        raise HelperError(PANE_GONE, "pane %s is gone" % pane_id)
+    return dict(zip(WITNESS, fields[1:]))
+
+
+def press_if(socket: str, pane_id: str, key: str, seen: Dict[str, str]) -> bool:
+    """Press `key` in the pane only if every WITNESS field still reads as in `seen`; True if it was pressed.
+
+    tmux evaluates the condition and sends the key in one step of its server loop.  That step is deferred to a
+    timer (`run-shell -d 0`): in the loop round that runs it, libevent hands tmux every pane's pending output before
+    any timer, so whatever the program had written when drover's request arrived -- a dialog, a person's key
+    echoed into the box -- is on tmux's screen by the time the condition is read.  What is left is output written
+    in the microseconds between that round's poll and the condition, and a key or dialog the program has not
+    drawn yet (no terminal can show those)."""
+    # Both go into a tmux command line: a key name from a profile (submit_when_busy) must be a key name, nothing more.
+    if not re.match(r"^[A-Za-z0-9-]+$", key) or not re.match(r"^%[0-9]+$", pane_id):
+        raise HelperError(TMUX_ERROR, "not a tmux key name or pane id: %r %r" % (key, pane_id))
+    nonce = os.urandom(8).hex()
+    # `##{` survives run-shell's own expansion of its argument as `#{`, read by if-shell when the timer fires.
+    now = "/".join("##{%s}" % f for f in WITNESS)
+    then = "/".join(seen[f] for f in WITNESS)
+    condition = "##{==:%s,%s}" % (now, then)
+    pressed = "send-keys -t %s %s ; display-message -p %s-pressed" % (pane_id, key, nonce)
+    skipped = "display-message -p %s-skipped" % nonce
+    command = "if-shell -t %s -F '%s' '%s' '%s'" % (pane_id, condition, pressed, skipped)
+    out = tmux(socket, ["run-shell", "-t", pane_id, "-C", "-d", "0", command])
+    if nonce + "-pressed" in out:
+        return True
+    if nonce + "-skipped" in out:
+        return False
+    raise HelperError(TMUX_ERROR, "tmux did not say whether it pressed %s (%r)" % (key, out[-80:]))

@@ -22,7 +22,7 @@ from .discovery import Profiles, Session, public
 from .faults import fault
 from .protocol import HelperError
 from .screen import classify, is_placeholder, lines_of, paste_allowed, plain
-from .tmux import capture, pane_flags, tmux
+from .tmux import capture, pane_flags, press_if, tmux, witness
 
 Outcome = Dict[str, Any]
 # A shell prompt with nothing typed after it, as most people keep PS1: `$ `, `user@host:~/src$ `,
@@ -210,16 +210,18 @@ def check_pane(
     return None, screen, seen
 
 
-# A program may answer a paste with a dialog of its own (a confirmation, a "paste N lines?"): it gets this long,
-# from when the paste began to show, to draw it before the second look, however fast the text itself landed.
-# A tester measured why: with ~10 ms (two identical captures, the text whole in the box), an Enter answered
-# dialogs drawn 12-25 ms after the paste.
+# A program may answer a paste with a dialog of its own: it gets this long from when the paste began to show
+# (or its profile's measured `paste_hold_s`) to draw it before the second look.  With ~10 ms an Enter answered
+# dialogs drawn 12-25 ms after the paste; a later dialog is safe from the Enter pressed only onto what the last
+# look saw (_enter).
 MIN_HOLD_S = 0.06
+# A skipped Enter looks again this often: a redraw alone (a spinner) refuses nothing; a draft or a dialog does.
+ENTER_TRIES = 3
 
 
 def _settle(session: Session, before: str, max_wait: float, profile: Dict[str, Any], payload: str) -> str:
-    """Wait until the paste shows in the input box and the screen holds still, MIN_HOLD_S at least after it began
-    to show (or max_wait passed).
+    """Wait until the paste shows in the input box and the screen holds still, the engine's hold at least after it
+    began to show (or max_wait passed).
 
     Polled every 5 ms, so a program that is slow to draw costs little beyond that.  "Holds still" (two captures
     alike after the change) alone is not enough at that pace -- a program that renders a paste in two frames can
@@ -229,6 +231,7 @@ def _settle(session: Session, before: str, max_wait: float, profile: Dict[str, A
     socket, pane_id = session["socket"], session["id"]
     whole = session["engine"] == "shell" or not profile.get("input")
     deadline = time.monotonic() + max_wait
+    hold = float(profile.get("paste_hold_s", MIN_HOLD_S))
     last = before
     changed: Optional[float] = None  # when the screen first showed the paste landing: the hold counts from there
     while True:
@@ -236,7 +239,7 @@ def _settle(session: Session, before: str, max_wait: float, profile: Dict[str, A
         if now != before:
             if changed is None:
                 changed = time.monotonic()
-            elif now == last and time.monotonic() - changed >= MIN_HOLD_S and (whole or _landed(now, profile, payload)):
+            elif now == last and time.monotonic() - changed >= hold and (whole or _landed(now, profile, payload)):
                 return now
         last = now
         if time.monotonic() >= deadline:
@@ -296,14 +299,13 @@ def finish(
     with lock as held:
         if not held:
             return refusal(P.PANE_LOCKED, "another sender holds this pane", session)
-        refused = _second_look(session, payload, profiles, status, "")
+        state = check_pane(session, profiles, status=status)[2].get("state", "idle")
+        key = "Enter" if state == "idle" else profiles[session["engine"]].get("submit_when_busy") or "Enter"
+        refused = _enter(session, payload, profiles, status, "", key)
         if refused is not None:
             refused["detail"] = "the input box does not hold exactly this message (%s): not submitted" % refused["detail"]
             refused["code"] = P.DRAFT_IN_INPUT
             return refused
-        state = check_pane(session, profiles, status=status)[2].get("state", "idle")
-        key = "Enter" if state == "idle" else profiles[session["engine"]].get("submit_when_busy") or "Enter"
-        tmux(session["socket"], ["send-keys", "-t", session["id"], key])
         if not _submitted(session, payload, profiles, float(args.get("submit_wait_s", 3.0)), arrived):
             return dict(refusal(P.NOT_SUBMITTED, "%s was pressed but the text is still in the input box" % key, session))
     return {
@@ -362,14 +364,13 @@ def _deliver_locked(
         # Some engines take an Enter that follows a paste too closely as a newline (gemini-cli under tmux): wait
         # here, before the last look, so that nothing but a tmux call stands between that look and Enter.
         time.sleep(float(profile.get("submit_delay_s") or 0))
-        refused = _second_look(session, payload, profiles, status, before)
+        fault("after_paste")
+        key = "Enter" if state == "idle" else profile.get("submit_when_busy") or "Enter"
+        refused = _enter(session, payload, profiles, status, before, key)
         if refused is not None:
             refused.update(pasted=True, left_in_input=True)
             refused["detail"] += "; the text sits unsent in the input box, and drover sends nothing more here until it is cleared"
             return refused
-        fault("after_paste")
-        key = "Enter" if state == "idle" else profile.get("submit_when_busy") or "Enter"
-        tmux(socket, ["send-keys", "-t", pane_id, key])
         fault("after_enter")
         if engine != "shell" and not _submitted(session, payload, profiles, float(args.get("submit_wait_s", 3.0)), arrived):
             detail = (
@@ -434,6 +435,34 @@ def _submitted(
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.015)
+
+
+def _enter(session: Session, payload: str, profiles: Profiles, status: Any, before: str, key: str) -> Optional[Outcome]:
+    """The last look, then `key` pressed only onto the screen that look saw; None once it is pressed, else why not.
+
+    The pane's witness (its cursor, scrollback, size and state: tmux.WITNESS) is read first, then the whole second
+    look judges the screen, and tmux presses the key only if the witness still reads the same -- compared inside the
+    tmux server in the same step as the key.  A dialog drawn or a key a person typed after the witness moves the
+    cursor of a program that keeps it in its box or on its choices (Claude Code, Codex, the demo agent), and the
+    Enter is not pressed: the pane is looked at again, and that look refuses what it now shows."""
+    socket, pane_id = session["socket"], session["id"]
+    changed = ""
+    for _ in range(ENTER_TRIES):
+        seen = witness(socket, pane_id)
+        refused = _second_look(session, payload, profiles, status, before)
+        if refused is not None:
+            if changed:
+                if refused["code"] != P.DIALOG_AFTER_PASTE:
+                    refused["code"] = P.CHANGED_BEFORE_ENTER
+                refused["detail"] = "%s; %s" % (changed, refused["detail"])
+            return refused
+        if press_if(socket, pane_id, key, seen):
+            return None
+        changed = "the pane changed between drover's last look and %s (a key typed, a dialog drawn?): %s was not pressed" % (
+            key,
+            key,
+        )
+    return refusal(P.CHANGED_BEFORE_ENTER, changed + ", and it kept changing at every look", session)
 
 
 def _second_look(session: Session, payload: str, profiles: Profiles, status: Any, before: str) -> Optional[Outcome]:
