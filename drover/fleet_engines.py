@@ -38,6 +38,7 @@ class EngineProfile(_Strict):
     placeholder_faint: bool | None = None
     submit_when_busy: Literal["Enter", "Tab"] | None = None
     submit_delay_s: float | None = Field(None, ge=0, le=10)
+    paste_hold_s: float | None = Field(None, ge=0, le=2)
     input_end_last: bool | None = None
 
     @field_validator(
