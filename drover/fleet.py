@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from drover.errors import ConfigError, FleetInvalid, TargetError, UnknownHost, UsageError
-from drover.fleet_engines import EngineProfile, SpawnEngine, _Strict
+from drover.fleet_engines import EngineProfile, SpawnEngine, _Strict, check_regexes
 from drover.fleet_lines import deep_line, problems, strange_values
 from drover.fleet_schedule import MAX_DURATION_S, duration_s, quiet_minutes
 from drover.remote import protocol as P
@@ -66,11 +66,7 @@ class HostConfig(_Strict):
     @field_validator("banner_ok")
     @classmethod
     def _banners(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+        check_regexes(patterns)
         return patterns
 
     @field_validator("trusted")

@@ -12,6 +12,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
+def check_regexes(value: list[str] | str | None) -> list[str] | str | None:
+    """A pattern (or patterns) of the fleet file, compiled once to refuse a broken one with its line."""
+    for pattern in [value] if isinstance(value, str) else value or []:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+    return value
+
+
 class _Strict(BaseModel):
     # A typo in a key is an error, not a silently ignored setting.
     model_config = ConfigDict(extra="forbid")
@@ -56,12 +66,7 @@ class EngineProfile(_Strict):
     )
     @classmethod
     def _regexes(cls, value: list[str] | str | None) -> list[str] | str | None:
-        for pattern in [value] if isinstance(value, str) else value or []:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
-        return value
+        return check_regexes(value)
 
     @field_validator("live_skip_block")
     @classmethod
@@ -85,11 +90,7 @@ class SpawnEngine(_Strict):
     @field_validator("ready")
     @classmethod
     def _ready_regex(cls, value: str | None) -> str | None:
-        if value:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
+        check_regexes(value or None)
         return value
 
     @field_validator("command")
