@@ -219,3 +219,30 @@ def test_the_held_cause_follows_claudes_own_command_line_and_screen(lab: ClaudeL
     assert 'crossSessionInbound setting is "hold"' in parked.data["detail"], parked.data["detail"]
     assert "with no dialog" in parked.data["detail"] and "parity" not in parked.data["detail"], parked.data["detail"]
     stays(lambda: DIALOG not in w2.screen() and w2.peer_messages() == [], 1.0, "no dialog, nothing delivered")
+
+
+def test_nudge_create_if_missing_passes_via_tmux_to_the_brief(
+    lab: ClaudeLab, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A nudge that starts its session briefs it on the lane asked for: --via tmux to a Claude with an inbox is
+    refused `native_lane`, as a send is; it used to go through the inbox, --via ignored."""
+    fleet = isolated / "fleet.toml"
+    fleet.write_text(f'[spawn.claude]\ncommand = "sh {lab.launcher()} {{name}}"\nready_timeout_s = 60\n')
+    monkeypatch.setenv("DROVER_FLEET", str(fleet))
+    cwd = lab.root / "w9"  # trusted in the lab's ~/.claude.json
+    cwd.mkdir()
+    request = {"id": "nudged", "text": "a nudge by paste", "via": "tmux", "create_if_missing": True}
+    doc = drover.run("sessions.nudge", {**request, "engine": "claude", "cwd": str(cwd)}, actor=ACTOR)
+    assert (doc.data["outcome"], doc.data["code"], doc.exit_code) == ("refused", "native_lane", 4), doc.data
+    spawned = doc.data["spawned"]
+    assert spawned["state"] == "ready" and spawned["identity"].startswith("claude:"), spawned
+    session = ClaudeSession(lab, "nudged", cwd, spawned["pane"], lab.root / "none", lab.root / "none")
+    session.session_id = spawned["id"]
+    screen = lambda: lab_screen(spawned["pane"])  # noqa: E731 - on this test's own tmux server
+    stays(lambda: "a nudge by paste" not in screen() and session.peer_messages() == [], 1.0, "nothing delivered")
+
+
+def lab_screen(pane: str) -> str:
+    import subprocess
+
+    return subprocess.run(["tmux", "capture-pane", "-p", "-t", pane], capture_output=True, text=True).stdout
