@@ -246,3 +246,17 @@ def lab_screen(pane: str) -> str:
     import subprocess
 
     return subprocess.run(["tmux", "capture-pane", "-p", "-t", pane], capture_output=True, text=True).stdout
+
+
+def test_a_claude_in_a_pid_namespace_of_its_own_gets_no_paste(lab: ClaudeLab) -> None:
+    """F2: a Claude in its own pid namespace (a sandbox in a pane, sharing ~/.claude): its record's pids mean
+    nothing here, so drover cannot link it to the pane -- refused on doubt, never pasted to."""
+    real = lab.binary
+    lab.binary = Path(f"unshare -p -f --mount-proc {real}")
+    try:
+        s = lab.start("pidns", project_settings={"crossSessionInbound": "refuse"})
+    finally:
+        lab.binary = real
+    sent = send(s.pane, "into another pid namespace")
+    assert (sent.data["outcome"], sent.data["code"], sent.exit_code) == ("refused", "lane_unknown", 4), sent.data
+    stays(lambda: not typed(s, "into another pid namespace"), 1.0, "nothing typed into the pane")
