@@ -260,3 +260,24 @@ def test_a_claude_in_a_pid_namespace_of_its_own_gets_no_paste(lab: ClaudeLab) ->
     sent = send(s.pane, "into another pid namespace")
     assert (sent.data["outcome"], sent.data["code"], sent.exit_code) == ("refused", "lane_unknown", 4), sent.data
     stays(lambda: not typed(s, "into another pid namespace"), 1.0, "nothing typed into the pane")
+
+
+def test_a_held_cause_drover_cannot_tell_names_both(tmp_path: Path) -> None:
+    """No screen to look at, and a command line with --settings: the files drover reads are not the session's, so
+    the detail names both causes instead of guessing one (W1/W2 guessed from the files)."""
+    import subprocess
+    import sys
+
+    from drover.remote import inbox
+
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text(json.dumps({"crossSessionInbound": "hold"}))
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--settings", "/elsewhere.json"])
+    try:
+        session = {"cwd": str(tmp_path), "engine_pid": proc.pid, "_record": {"_config": str(tmp_path / "none")}}
+        detail = inbox.held_detail(session, "prompting", {"reason": "(permission-mode parity)"}, wait=0)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "cannot tell which of two causes" in detail and "--settings" in detail, detail
+    assert 'crossSessionInbound setting of "hold"' in detail and "permission-mode parity" in detail, detail
