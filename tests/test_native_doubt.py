@@ -273,7 +273,8 @@ def test_a_held_cause_drover_cannot_tell_names_both(tmp_path: Path) -> None:
     (tmp_path / ".claude").mkdir()
     (tmp_path / ".claude" / "settings.json").write_text(json.dumps({"crossSessionInbound": "hold"}))
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--settings", "/elsewhere.json"])
-    try:
+    try:  # its command line as the kernel shows it once it runs (right after fork it is still the parent's)
+        wait_for(lambda: b"--settings" in Path(f"/proc/{proc.pid}/cmdline").read_bytes(), what="the command line")
         session = {"cwd": str(tmp_path), "engine_pid": proc.pid, "_record": {"_config": str(tmp_path / "none")}}
         detail = inbox.held_detail(session, "prompting", {"reason": "(permission-mode parity)"}, wait=0)
     finally:
