@@ -132,6 +132,14 @@ def test_guard_refuses_the_real_trust_dialog_and_a_real_permission_dialog(claude
     res = cli("send", f"local:{untrusted.pane}", "1", "--json")
     assert res.code == 4
     data = res.json()["data"]
+    # Not registered yet, so it may have an inbox drover cannot see: refused on doubt (issue 15)
+    assert (data["outcome"], data["code"], data["session"]["engine"]) == ("refused", "lane_unknown", "claude")
+    # The owner's own words may go by paste: the guard refuses them at the real trust dialog
+    fleet = isolated / "fleet.toml"
+    fleet.write_text("[hosts.local]\nowner_relay = true\n")
+    res = cli("--fleet", str(fleet), "send", f"local:{untrusted.pane}", "1", "--as-owner", "--json")
+    assert res.code == 4
+    data = res.json()["data"]
     assert (data["outcome"], data["code"], data["session"]["engine"]) == ("refused", "dialog", "claude")
     stays(lambda: "trust this folder" in untrusted.screen(), 1, "the trust dialog staying unanswered")
     assert not list((claude_lab.config / "sessions").glob("*.json")), "the trust dialog was accepted"
@@ -144,8 +152,6 @@ def test_guard_refuses_the_real_trust_dialog_and_a_real_permission_dialog(claude
     pasted = send(asker, "yes", via="tmux")
     assert (pasted.data["outcome"], pasted.data["code"]) == ("refused", "native_lane"), pasted.data
     # The owner's own words may go by paste (owner_relay): the guard refuses them too, Claude being at a dialog
-    fleet = isolated / "fleet.toml"
-    fleet.write_text("[hosts.local]\nowner_relay = true\n")
     payload = {"id": asker.name, "text": "yes", "via": "tmux", "as_owner": True}
     with drover.Client(fleet=fleet, actor=ACTOR) as client:
         owner = client.run("sessions.message", payload)

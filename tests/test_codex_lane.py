@@ -23,7 +23,7 @@ import pytest
 
 from drover.remote import codex, codex_queue
 from drover.remote import protocol as P
-from tests.codexlab import CodexLab, CodexSession, app_server, module_lab, wait_for
+from tests.codexlab import CodexLab, CodexSession, _ns_prefix, app_server, module_lab, wait_for
 from tests.conftest import CliResult, stays
 
 ENVELOPE_OPEN = '<cross-session-message from-session="{id}" from-name="drover (alice)" from-mode="prompting">'
@@ -285,6 +285,48 @@ def test_no_codex_on_path_fails_clearly_and_is_never_pasted_around(
     assert (data["outcome"], data["code"], data["lane"]) == ("failed", "queue_unavailable", "queue"), data
     assert "does not paste instead" in data["detail"] and "PATH" in data["detail"], data["detail"]
     stays(lambda: s.screen() == screen and rollout_turns(s) == [], 1.0, "nothing typed, nothing run")
+
+
+@pytest.mark.slow
+def test_a_codex_whose_thread_drover_cannot_get_gets_no_paste(lab: CodexLab, seen: None, cli: Callable[..., CliResult]) -> None:
+    """F4: the TUI's thread is loaded, but drover cannot get it -- its app-server's control socket away for a moment,
+    or two TUIs started together in one folder: refused `lane_unknown` on auto and --via tmux, nothing typed."""
+    s = start(lab, "q-doubt")
+    control = lab.codex_home / "app-server-control" / "app-server-control.sock"
+    aside = control.with_name("aside.sock")
+    control.rename(aside)
+    try:
+        screen = s.screen()
+        for flags in ((), ("--via", "tmux")):
+            code, data = send(cli, f"local:{s.pane}", "no thread in sight", *flags)
+            assert (code, data["outcome"], data["code"]) == (4, "refused", "lane_unknown"), data
+            assert "cannot find this Codex TUI's thread" in data["detail"] and "--as-owner" in data["detail"], data
+    finally:
+        aside.rename(control)
+    stays(lambda: s.screen() == screen and rollout_turns(s) == [], 1.0, "nothing typed, nothing run")
+    # Two TUIs started in one folder at once: both threads loaded, neither can be told apart
+    twin = lab.root / "q-twin"
+    twin.mkdir()
+    lab.write_config([x.cwd for x in lab.sessions] + [twin])
+    ns = " ".join(_ns_prefix(lab.fake.pid))  # type: ignore[union-attr]
+    command = f"exec {ns} env {lab.pane_env(lab.path_with)} {lab.binary}"  # type: ignore[attr-defined]
+    panes = []
+    for name in ("q-twin-a", "q-twin-b"):
+        new = ["new-session", "-d", "-P", "-F", "#{pane_id}", "-s", name, "-x", "160", "-y", "40", "-c", str(twin), command]
+        panes.append(lab.tmux(*new).strip())
+    try:
+        twins = [CodexSession(lab, n, twin, p) for n, p in zip(("q-twin-a", "q-twin-b"), panes, strict=True)]
+        for t in twins:
+            t.wait_idle(timeout=60)
+        code, data = send(cli, f"local:{panes[0]}", "to one of two twins")
+        assert (code, data["outcome"], data["code"]) == (4, "refused", "lane_unknown"), data
+        code, data = send(cli, f"local:{panes[1]}", "to the other twin", "--via", "tmux")
+        assert (code, data["outcome"], data["code"]) == (4, "refused", "lane_unknown"), data
+        said = ("to one of two twins", "to the other twin")
+        stays(lambda: not any(w in t.screen() for t in twins for w in said), 1.0, "nothing typed")
+    finally:
+        for p in panes:
+            lab.tmux("kill-pane", "-t", p)
 
 
 @pytest.mark.slow

@@ -195,7 +195,7 @@ async def _create(ctx: Context, req: NudgeRequest, actor: str, base: dict[str, A
     assert req.engine and req.cwd  # checked by nudge()
     try:
         spawned = await spawn_session(
-            ctx, host=req.host, engine=req.engine, cwd=req.cwd, name=name, brief=req.text, actor=actor, alone=True
+            ctx, host=req.host, engine=req.engine, cwd=req.cwd, name=name, brief=req.text, actor=actor, alone=True, via=req.via
         )
     except DroverError as exc:
         if exc.code != P.SHARED_CWD:

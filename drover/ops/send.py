@@ -327,8 +327,9 @@ async def _retry(ctx: Context, m: Message, base: dict[str, Any]) -> Result:
     seen = await _look(ctx, m)
     if m.options.get("identity") and seen.get("identity") != m.options["identity"]:
         why = (
-            f"the session this message was for is gone ({m.options['identity']}); {m.options.get('pin')} is now "
-            f"{seen.get('identity')}: drover never redirects a message to another session"
+            # Not "gone": the same live Claude can answer as a pane first and as its registry record later.
+            f"{m.options.get('pin')} no longer answers as the session this message was for ({m.options['identity']}) "
+            f"but as {seen.get('identity')}: drover never redirects a message to what may be another session"
         )
         return _result(ctx, m.id, base, _not_now(m, P.SESSION_EXITED, why) | {"error_class": "target"}, m.host, record=False)
     deadline = time.monotonic() + SETTLE_WAIT_S

@@ -138,6 +138,7 @@ async def spawn_session(
     actor: str,
     parent_msg: str | None = None,
     alone: bool = False,
+    via: str = "auto",
 ) -> dict[str, Any]:
     """Start `engine` in `cwd` on `host`, wait until it is ready, brief it (`alone`: refused, `shared_cwd`, when a
     live session works in that directory already, as the host resolves it).  Bad input, an unreachable host, an
@@ -218,7 +219,8 @@ async def spawn_session(
         return result  # at a dialog: drover never answers one, and a brief would only wait behind it (or answer it)
     # No blank line between them: Codex's composer ends at a blank line, so the guard would not see the whole paste.
     text = snapshot_text(host, result, actor, parent_msg, spawn_id) + brief
-    sent = await sessions_message(ctx, MessageRequest(host=host, id=result["id"], text=text, actor=actor))
+    # `via` as the caller asked (nudge --create-if-missing --via tmux): the host refuses a paste to a native lane.
+    sent = await sessions_message(ctx, MessageRequest(host=host, id=result["id"], text=text, actor=actor, via=via))
     result["brief"] = sent.data
     outcome = sent.data or {}
     ctx.truth.append(

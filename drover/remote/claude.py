@@ -33,14 +33,26 @@ def stale_reason(rec: Record, domain: Optional[str]) -> Optional[str]:
     return None
 
 
-def records(warnings: List[str]) -> Tuple[List[Record], List[Dict[str, Any]]]:
-    """(live records, stale records) from the registry; unreadable records are skipped with a warning."""
-    folder = os.path.join(claude_dir(), "sessions")
+def records(warnings: List[str], extra_dirs: Optional[List[str]] = None) -> Tuple[List[Record], List[Dict[str, Any]]]:
+    """(live records, stale records) from the registries -- the helper's own config dir's and every one a running
+    Claude was seen to use (`extra_dirs`); unreadable records are skipped with a warning."""
+    live, stale = [], []  # type: List[Record], List[Dict[str, Any]]
+    seen = set()  # type: set
+    for config in procs.claude_dirs(extra_dirs):
+        for rec in _records_in(config, warnings, stale):
+            if rec["sessionId"] not in seen:
+                seen.add(rec["sessionId"])
+                live.append(rec)
+    return live, stale
+
+
+def _records_in(config: str, warnings: List[str], stale: List[Dict[str, Any]]) -> List[Record]:
+    folder = os.path.join(config, "sessions")
     try:
         names = sorted(os.listdir(folder))
     except OSError:
-        return [], []
-    live, stale = [], []
+        return []
+    live = []
     domain = procs.pid_domain()
     for name in names:
         if not re.match(r"^\d+\.json$", name):
@@ -60,8 +72,9 @@ def records(warnings: List[str]) -> Tuple[List[Record], List[Dict[str, Any]]]:
             stale.append({"pid": rec["pid"], "id": rec["sessionId"], "name": rec.get("name"), "reason": reason, "record": path})
         else:
             rec["_path"] = path
+            rec["_config"] = config
             live.append(rec)
-    return live, stale
+    return live
 
 
 def record_now(rec: Record) -> Optional[Record]:
@@ -125,7 +138,8 @@ def session_from_record(rec: Record, pane: Optional[Dict[str, Any]]) -> Dict[str
 
 
 def transcripts(session_id: str) -> List[str]:
-    return glob.glob(os.path.join(claude_dir(), "projects", "*", "%s.jsonl" % glob.escape(session_id)))
+    pattern = os.path.join("projects", "*", "%s.jsonl" % glob.escape(session_id))
+    return [hit for config in procs.claude_dirs() for hit in glob.glob(os.path.join(glob.escape(config), pattern))]
 
 
 # -- the permission class a session runs in ---------------------------------------------------------------------
@@ -212,14 +226,19 @@ MANAGED_SETTINGS = "/etc/claude-code/managed-settings.json"
 INBOUND_RANK = {"accept": 0, "hold": 1, "refuse": 2}
 
 
-def inbound_setting(cwd: str) -> Tuple[Optional[str], Optional[str]]:
+def managed_dropins() -> List[str]:
+    """Managed settings drop-ins (/etc/claude-code/managed-settings.d/*.json), which Claude merges and drover does not."""
+    return sorted(glob.glob(os.path.join(MANAGED_SETTINGS[: -len(".json")] + ".d", "*.json")))
+
+
+def inbound_setting(cwd: str, config: Optional[str] = None) -> Tuple[Optional[str], Optional[str]]:
     """(crossSessionInbound as a session in `cwd` reads it, the file that sets it), or (None, None) when unset.
 
     As Claude Code 2.1.328 reads it (live, without a restart): the managed settings, else the user's; a project's
     own settings (.claude/settings.local.json, .claude/settings.json) can only tighten that (accept < hold < refuse).
     Said to explain a receipt, never to decide one: the receiver decides."""
     value, where = None, None  # type: Optional[str], Optional[str]
-    for path in (MANAGED_SETTINGS, os.path.join(claude_dir(), "settings.json")):
+    for path in (MANAGED_SETTINGS, os.path.join(config or claude_dir(), "settings.json")):
         found = _setting(path, "crossSessionInbound")
         if found in INBOUND_RANK:
             value, where = found, path

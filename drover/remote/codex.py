@@ -26,19 +26,7 @@ UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 SLACK_S = 2.0
 
 
-def process_env(pid: int) -> Dict[str, str]:
-    """A process's environment (readable for our own processes), or {}."""
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as f:
-            raw = f.read()
-    except OSError:
-        return {}
-    env = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
-    return env
+process_env = procs.process_env
 
 
 def home_of(env: Dict[str, str]) -> str:

@@ -70,6 +70,32 @@ def native_only(session: Session, native: str, finishing: bool) -> Dict[str, Any
     return tmux_lane.refusal(P.NATIVE_LANE, "refused: %s. %s; %s" % (why, how, OWNER), session)
 
 
+def lane_unknown(session: Session) -> Optional[str]:
+    """Why this session may have a lane of its own that drover cannot find, or None.
+
+    The paste is a last resort that refuses on doubt: it goes to a Claude Code only on positive evidence that it
+    has no inbox (its own registry record, naming no socket: an older Claude), and to a Codex TUI only when its
+    thread is found.  A real Claude or Codex (known by its package path) with neither may have one drover cannot
+    see -- a registry elsewhere, a record removed, its own pid namespace, an app-server not answering right now, two
+    TUIs started together in one folder -- and a paste would go around it."""
+    if "_record" in session or "_paneless" in session or not session.get("_package"):
+        return None
+    if session["engine"] == "claude":
+        return (
+            "drover cannot find this Claude Code's inbox (no registry record for it: its registry may be in a config "
+            "dir drover cannot see, the record removed, or the session in a pid namespace of its own); it does not "
+            "paste into a Claude that may have one"
+        )
+    if session["engine"] == "codex" and not session.get("thread"):
+        return (
+            "drover cannot find this Codex TUI's thread (its app-server did not answer, or another TUI started beside "
+            "it in the same folder so their threads cannot be told apart), and nothing shows that its version lacks "
+            "`codex queue`; it does not paste into a Codex that may have one.  Send again once its app-server "
+            "answers, or start the TUI as `codex resume THREAD_ID` (its command line then names its thread)"
+        )
+    return None
+
+
 def _no_lane(session: Session, lane: str, why: str) -> HelperError:
     native = native_lane(session)
     how = "use %s (drop --via)" % NATIVE_NAME[native] if native else "use --via tmux"
@@ -82,6 +108,10 @@ UNUSABLE = {
         "; Claude Code listens there for as long as the session runs, so it is exiting or something removed the file "
         "(a /tmp cleaner?): nothing was sent, and drover does not paste instead, the inbox being this session's way "
         "in. Restart the session (claude --resume) for a new inbox and send again; "
+    ),
+    P.SOCKET_FOREIGN: (
+        "; drover sends a session's inbox nothing unless its own process listens there, and does not paste instead. "
+        "Restart the session (claude --resume) for a new inbox, and look at what replaced the socket; "
     ),
     P.QUEUE_UNAVAILABLE: (
         "; drover does not paste instead, the thread's queue being this session's way in. Put a `codex` that has "
@@ -114,6 +144,10 @@ def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     native = native_lane(session)
     if native and (lane == "tmux" or args.get("finish")) and not args.get("as_owner"):
         return native_only(session, native, bool(args.get("finish")))
+    doubt = lane_unknown(session)
+    if doubt and lane in ("auto", "tmux") and not args.get("as_owner"):
+        detail = "refused: %s is %s. %s; %s" % (session["id"], session["engine"], doubt, OWNER)
+        return tmux_lane.refusal(P.LANE_UNKNOWN, detail, session)
     actor = args.get("actor") or "unknown"
     mode, evidence = declared_class(session, args)
     # Not keystrokes on the inbox lane, but the receiver draws the text in a terminal: neutralised on every lane.

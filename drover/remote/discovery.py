@@ -38,6 +38,7 @@ def _session_from_pane(pane: Dict[str, str], table: procs.ProcTable, profiles: P
         "in_mode": pane["pane_in_mode"] == "1",
         "input_off": pane["pane_input_off"] == "1",
         "lanes": ["tmux"],
+        "_tmux_session": pane["session_name"],
         "aliases": [pane["pane_id"], "%s/%s" % (server, pane["pane_id"]), target, "%s/%s" % (server, target)],
     }
 
@@ -51,11 +52,29 @@ def discover(profiles: Profiles, warnings: List[str]) -> List[Session]:
         from . import codex
 
         codex.attach(pane_sessions, warnings)  # each Codex pane's thread, from its CODEX_HOME's app-server
-    records, _stale = claude.records(warnings)
-    by_pid = {s["engine_pid"]: s for s in pane_sessions if s["engine"] == "claude"}
+    claudes = [s for s in pane_sessions if s["engine"] == "claude"]
+    for s in claudes + [s for s in pane_sessions if s["engine"] == "codex"]:
+        # By its package, not by a name the fleet vouches for: a real Claude or Codex whose own lane drover cannot
+        # find is refused a paste (delivery.lane_unknown); a program of the user's own keeps it.
+        s["_package"] = procs.by_package(int(s["engine_pid"]), profiles.get(s["engine"], {}))
+    # Each Claude's registry is where the process says (its CLAUDE_CONFIG_DIR or HOME), not only the helper's.
+    dirs = [procs.claude_dir_of(int(s["engine_pid"])) for s in claudes]
+    records, _stale = claude.records(warnings, [d for d in dirs if d])
+    by_pid = {s["engine_pid"]: s for s in claudes}
+    placed = {}  # type: Dict[str, Session]
+    for rec in records:  # the pane that runs the record's very process first (a Claude started inside another's)
+        if rec["pid"] in by_pid:
+            placed[rec["sessionId"]] = by_pid.pop(rec["pid"])
+    for rec in records:
+        # Then the pane whose process tree holds it: Anthropic's `node cli-wrapper.cjs` runs the binary as its
+        # child, and one Claude must not show up as a paneless inbox session plus a pane to paste into.
+        if rec["sessionId"] not in placed:
+            near = next((p for p in procs.ancestors(rec["pid"]) if p in by_pid), None)
+            if near is not None:
+                placed[rec["sessionId"]] = by_pid.pop(near)
     sessions, used = [], set()
     for rec in records:
-        pane = by_pid.get(rec["pid"])
+        pane = placed.get(rec["sessionId"])
         if pane is not None:
             used.add(id(pane))
         sessions.append(claude.session_from_record(rec, pane))
@@ -100,6 +119,10 @@ def with_state(session: Session, profiles: Profiles) -> Session:
     return session
 
 
+def _tmux_session(session: Session) -> Any:
+    return (pane_of(session) or {}).get("_tmux_session")
+
+
 def brief(session: Session) -> str:
     return "%s (%s, %s)" % (session["id"], session["name"], session["engine"])
 
@@ -118,7 +141,9 @@ def resolve(target: str, sessions: List[Session]) -> Session:
     tiers = (
         ("matches", lambda s: target == s["id"] or target in s["aliases"]),
         # A Claude session keeps answering to its tmux session's name once it registers (and takes Claude's own).
-        ("matches", lambda s: target == s["name"] or target == (s.get("_pane") or {}).get("name")),
+        # A tmux session's name names every pane in it (a Claude in window 0, a shell in window 1): more than one is
+        # ambiguous, never resolved to whichever pane a name happens not to shadow.
+        ("matches", lambda s: target in (s["name"], (s.get("_pane") or {}).get("name"), _tmux_session(s))),
         # A name the session bore before (Claude's formerNames): the newest generation of that name.  Only when no
         # live session bears it now, so a message is never redirected away from a session that is still live.
         ("is a former name of", lambda s: target in (s.get("former_names") or ())),

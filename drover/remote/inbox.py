@@ -9,12 +9,14 @@ import json
 import os
 import re
 import socket as socketlib
+import stat
+import struct
 import threading
 import time
 import uuid
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from . import claude
+from . import claude, procs, tmux
 from . import protocol as P
 from .faults import fault
 from .protocol import HelperError
@@ -118,25 +120,70 @@ class ReplySocket:
                     return msg
 
 
+def _foreign(detail: str) -> Dict[str, Any]:
+    detail += ": nothing was sent (nor the session's peer token)"
+    return {"outcome": P.FAILED, "code": P.SOCKET_FOREIGN, "detail": detail}
+
+
+def _not_its_socket(rec: Dict[str, Any], path: str) -> Optional[Dict[str, Any]]:
+    """Why what sits at the inbox path is not the session's own socket (before connecting), or None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None  # missing: connect() says so
+    if stat.S_ISLNK(st.st_mode):
+        return _foreign("the inbox path %s is a symbolic link, not the socket the session made" % path)
+    if not stat.S_ISSOCK(st.st_mode):
+        return _foreign("the inbox path %s is not a socket (something replaced it); the session itself may be alive" % path)
+    try:
+        owner = os.stat("/proc/%d" % rec["pid"]).st_uid
+    except OSError:
+        owner = None
+    if owner is not None and st.st_uid != owner:
+        return _foreign("the inbox socket %s belongs to uid %d, not to the session's (uid %d)" % (path, st.st_uid, owner))
+    return None
+
+
+def _listener_pid(conn: socketlib.socket) -> int:
+    """The pid of the process that listens at the other end (SO_PEERCRED; 0 when unknown, another pid namespace)."""
+    try:
+        creds = conn.getsockopt(socketlib.SOL_SOCKET, getattr(socketlib, "SO_PEERCRED", 17), struct.calcsize("3i"))
+    except OSError:
+        return 0
+    return int(struct.unpack("3i", creds)[0])
+
+
 def send_line(rec: Dict[str, Any], line: str) -> Optional[Dict[str, Any]]:
     """Write one line to the session's inbox, after the auth line when its peer token is readable.
 
-    None when sent; else a failed outcome (stale or missing socket).
+    Only to the session's own socket: a real socket (not a link) owned by its user, whose listener is the session's
+    own process (SO_PEERCRED, as Claude checks its peers) -- else nothing is written, the token least of all.
+    None when sent; else a failed outcome (stale, missing or foreign socket).
     """
-    token = _peer_token(rec)
-    lines = ([json.dumps({"type": "auth", "token": token})] if token else []) + [line]
     path = str(rec.get("messagingSocketPath"))
+    wrong = _not_its_socket(rec, path)
+    if wrong is not None:
+        return wrong
     conn = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
     conn.settimeout(5.0)
     try:
         conn.connect(path)
+        listener = _listener_pid(conn)
+        if listener != rec["pid"]:
+            who = "pid %d" % listener if listener else "a process drover cannot identify"
+            return _foreign("the inbox socket %s is listened on by %s, not by the session (pid %d)" % (path, who, rec["pid"]))
+        token = _peer_token(rec)
+        lines = ([json.dumps({"type": "auth", "token": token})] if token else []) + [line]
         conn.sendall(("".join(one + "\n" for one in lines)).encode("utf-8"))
         conn.shutdown(socketlib.SHUT_WR)
         # The receiver never writes back: wait for it to close, so we know it read everything.
         while conn.recv(4096):
             pass
     except ConnectionRefusedError:
-        detail = "the inbox socket %s refuses connections: the session is gone" % path
+        if claude.alive(rec):
+            detail = "the inbox socket %s refuses connections although the session's process still runs" % path
+        else:
+            detail = "the inbox socket %s refuses connections: the session is gone" % path
         return {"outcome": P.FAILED, "code": P.SOCKET_STALE, "detail": detail}
     except (BrokenPipeError, ConnectionResetError):
         # The receiver closed before reading everything (a line over its limit, or it exited): not silence.
@@ -222,23 +269,67 @@ def deliver(session: Dict[str, Any], content: Callable[[str], str], args: Dict[s
     return dict(base, outcome=outcome, detail=detail, code=code, receipt=receipt, state=state)
 
 
-def held_detail(session: Dict[str, Any], declared: str, receipt: Dict[str, Any]) -> str:
-    """Why the receiver holds it, as far as drover can tell: Claude's receipt gives the same reason for a standing
-    `hold` setting as for a permission-class mismatch, and only the mismatch raises a dialog on its screen; the
-    setting parks the message in a list its human reviews."""
-    setting, where = claude.inbound_setting(session.get("cwd") or "")
-    if setting == "hold":
-        return (
-            'held by the receiver for its human: its crossSessionInbound setting is "hold" (%s), so Claude parks '
-            "every message from another session for its human to review, with no dialog; it arrives if they release "
-            'it, or once the setting is "accept"' % where
-        )
+HELD_BY_SETTING = (
+    'held by the receiver for its human: its crossSessionInbound setting is "hold"%s, so Claude parks every message '
+    "from another session for its human to review, with no dialog; it arrives if they release it, or once the "
+    'setting is "accept"'
+)
+HELD_BY_PARITY = (
+    "held by the receiver for its human: the class drover declared (%s) is not the one the session runs in "
+    "(permission-mode parity), so Claude asks its human in a 'Held message from another session' dialog%s"
+)
+# What Claude Code 2.1.328 draws for each: the parity dialog, or the notice of a message parked by the setting.
+DIALOG_WORDS = ("Deliver this message to Claude", "Held message from another session")
+PARKED_WORDS = ("Held peer message",)
+
+
+def _screen_says(session: Dict[str, Any], wait: float) -> Optional[str]:
+    """ "parity" or "setting" from what Claude draws on its own screen after holding, or None (no pane, or neither)."""
+    pane = session.get("_pane")
+    if not pane:
+        return None
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            screen = tmux.capture(pane["socket"], pane["id"])
+        except HelperError:
+            return None
+        if any(w in screen for w in DIALOG_WORDS):
+            return "parity"
+        if any(w in screen for w in PARKED_WORDS):
+            return "setting"
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.1)
+
+
+def held_detail(session: Dict[str, Any], declared: str, receipt: Dict[str, Any], wait: float = 2.0) -> str:
+    """Why the receiver holds it, from Claude's own evidence.  Its receipt gives the same reason for a standing `hold`
+    setting as for a permission-class mismatch; its screen tells them apart (only the mismatch raises a dialog).
+    Without a screen, the settings files are evidence only when the session reads the files drover can read (no
+    --settings or --setting-sources on its command line): otherwise both causes are said, not one guessed."""
     reason = receipt.get("reason") or ""
-    return (
-        "held by the receiver for its human: the class drover declared (%s) is not the one the session runs in "
-        "(permission-mode parity), so Claude asks its human in a 'Held message from another session' dialog%s"
-        % (declared, ": %s" % reason if reason else "")
-    )
+    parity = HELD_BY_PARITY % (declared, ": %s" % reason if reason else "")
+    seen = _screen_says(session, wait)
+    if seen == "parity":
+        return parity
+    setting, where = claude.inbound_setting(session.get("cwd") or "", (session.get("_record") or {}).get("_config"))
+    if seen == "setting":
+        return HELD_BY_SETTING % (" (%s)" % where if setting == "hold" else "")
+    argv = procs.argv_of(int(session.get("engine_pid") or 0)) or []
+    flags = sorted({a.split("=", 1)[0] for a in argv if a.split("=", 1)[0] in ("--settings", "--setting-sources")})
+    if flags or claude.managed_dropins():
+        why = "it runs with %s" % " and ".join(flags) if flags else "managed settings drop-ins apply"
+        return (
+            "held by the receiver for its human, and drover cannot tell which of two causes (%s, so the settings "
+            'files drover reads may not be the ones it reads): a crossSessionInbound setting of "hold" (Claude '
+            "parks every message from another session for its human to review, no dialog), or permission-mode "
+            "parity (the class drover declared, %s, is not the one the session runs in: a 'Held message from another "
+            "session' dialog asks its human)" % (why, declared)
+        )
+    if setting == "hold":
+        return HELD_BY_SETTING % (" (%s)" % where)
+    return parity
 
 
 def subscribe_idle(rec: Dict[str, Any], reply: ReplySocket) -> str:

@@ -137,15 +137,88 @@ def claude_dir() -> str:
     return os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
 
 
+def process_env(pid: int) -> Dict[str, str]:
+    """A process's environment (readable for our own processes), or {}."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return env
+
+
+def claude_dir_of(pid: int) -> Optional[str]:
+    """The config dir a Claude process reads (its own CLAUDE_CONFIG_DIR, else its HOME's .claude), or None when its
+    environment is unreadable.  A second account (CLAUDE_CONFIG_DIR=~/.claude-work) or a variable exported only in
+    an interactive shell's rc file is the session's, not the helper's: its registry is where the process says."""
+    env = process_env(pid)
+    if not env:
+        return None
+    if env.get("CLAUDE_CONFIG_DIR"):
+        return env["CLAUDE_CONFIG_DIR"]
+    return os.path.join(env["HOME"], ".claude") if env.get("HOME") else None
+
+
+# Config dirs seen in running Claude processes, beside the helper's own: read for records and transcripts.
+_SEEN_DIRS = []  # type: List[str]
+
+
+def claude_dirs(extra: Optional[List[str]] = None) -> List[str]:
+    """The helper's own Claude config dir, then every other one a running Claude was seen to use (no duplicates)."""
+    for path in extra or []:
+        if path and path not in _SEEN_DIRS:
+            _SEEN_DIRS.append(path)
+    out = []  # type: List[str]
+    real = set()  # type: Set[str]
+    for path in [claude_dir()] + _SEEN_DIRS:
+        key = os.path.realpath(path)
+        if key not in real:
+            real.add(key)
+            out.append(path)
+    return out
+
+
 def claude_registered(pid: int) -> bool:
     """Claude Code's own registry names this very process (its pid, and the start time that rules out a reused one)."""
-    try:
-        with open(os.path.join(claude_dir(), "sessions", "%d.json" % pid), encoding="utf-8") as f:
-            rec = json.load(f)
-    except (OSError, ValueError):
+    own = claude_dir_of(pid)
+    for folder in claude_dirs() + ([own] if own else []):
+        try:
+            with open(os.path.join(folder, "sessions", "%d.json" % pid), encoding="utf-8") as f:
+                rec = json.load(f)
+        except (OSError, ValueError):
+            continue
+        started = proc_start(pid)
+        if isinstance(rec, dict) and rec.get("pid") == pid and started is not None and str(rec.get("procStart")) == started:
+            return True
+    return False
+
+
+def by_package(pid: int, prof: Dict[str, Any]) -> bool:
+    """Is this process its engine's own program by package path (its executable's or its script's, links resolved),
+    whatever the fleet vouches for?  What tells a real Claude or Codex from a program of the user's own."""
+    argv = argv_of(pid) or []
+    if not argv:
         return False
-    started = proc_start(pid)
-    return isinstance(rec, dict) and rec.get("pid") == pid and started is not None and str(rec.get("procStart")) == started
+    scripts = [a for a in argv[1:] if not a.startswith("-")][:1] if INTERPRETERS.match(os.path.basename(argv[0])) else []
+    paths = [p for p in [_exe(pid)] + [_resolved(pid, s) for s in scripts] + scripts if p]
+    return any(re.search(pattern, p) for pattern in prof.get("scripts", []) for p in paths)
+
+
+def ancestors(pid: int, limit: int = 64) -> List[int]:
+    """The process and its parents, nearest first (pid 1 and 0 left out)."""
+    out = []  # type: List[int]
+    while pid > 1 and len(out) < limit:
+        out.append(pid)
+        entry = _stat_entry(pid)
+        if entry is None:
+            break
+        pid = entry[0]
+    return out
 
 
 def _engine_of(pid: int, argv: List[str], profiles: Dict[str, Dict[str, Any]], order: List[str]) -> Optional[str]:

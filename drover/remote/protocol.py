@@ -95,6 +95,8 @@ PANE_LOCKED = "pane_locked"
 WOULD_BE_HELD = "would_be_held"
 # A paste asked for a session whose engine has its own lane (Claude's inbox, a Codex thread's queue): native only
 NATIVE_LANE = "native_lane"
+# A real Claude or Codex (by its package) whose own lane drover cannot find: no paste on doubt
+LANE_UNKNOWN = "lane_unknown"
 CANNOT_VERIFY = "cannot_verify"
 NOT_FOREGROUND = "not_foreground"
 # Refusals on the queue lane (Codex): threads `codex queue` would take a message for and never run it
@@ -129,6 +131,7 @@ PASTE_UNCERTAIN = "paste_uncertain"
 REPLY_SOCKET = "reply_socket"
 SOCKET_STALE = "socket_stale"
 SOCKET_MISSING = "socket_missing"
+SOCKET_FOREIGN = "socket_foreign"  # what is at the inbox path is not the session's own listening socket
 INBOX_TIMEOUT = "inbox_timeout"
 INBOX_ERROR = "inbox_error"
 HELPER_CRASH = "helper_crash"
@@ -221,6 +224,7 @@ CODES = {
     PANE_LOCKED: REFUSAL,
     WOULD_BE_HELD: REFUSAL,
     NATIVE_LANE: REFUSAL,
+    LANE_UNKNOWN: REFUSAL,
     CANNOT_VERIFY: REFUSAL,
     NOT_FOREGROUND: REFUSAL,
     THREAD_NOT_LOADED: REFUSAL,
@@ -249,6 +253,7 @@ CODES = {
     REPLY_SOCKET: FAILURE,
     SOCKET_STALE: FAILURE,
     SOCKET_MISSING: FAILURE,
+    SOCKET_FOREIGN: FAILURE,
     INBOX_TIMEOUT: FAILURE,
     INBOX_ERROR: FAILURE,
     HELPER_CRASH: FAILURE,
