@@ -163,7 +163,7 @@ def test_an_idle_thread_runs_the_queued_message_and_drover_verifies_it_in_the_ro
 
 @pytest.mark.slow
 def test_the_tmux_lane_reads_a_busy_codex_with_a_queue_above_its_composer_as_busy(
-    lab: CodexLab, seen: None, cli: Callable[..., CliResult]
+    lab: CodexLab, seen: None, cli: Callable[..., CliResult], tmp_path: Path
 ) -> None:
     """A person queued a message with Tab while a turn runs: Codex lists it between its working line and the
     composer, four lines up.  Still busy: the paste is submitted with Tab (its own turn), never Enter (which would
@@ -174,11 +174,16 @@ def test_the_tmux_lane_reads_a_busy_codex_with_a_queue_above_its_composer_as_bus
     s.wait_screen(r"esc to interrupt\)")
     s.submit("queued by a person", key="Tab")
     s.wait_screen(r"Queued follow-up inputs\s*\n\s*↳ queued by a person")
-    code, data = send(cli, f"local:{s.pane}", "pasted behind the queue", "--via", "tmux")
+    # Only the owner's own words go by paste to a Codex with a thread (native_lane otherwise): the tmux lane's reading
+    # of a busy Codex is what stands in front of those.
+    relay = tmp_path / "relay.toml"
+    relay.write_text("[hosts.local]\nowner_relay = true\n")
+    owner = ("--via", "tmux", "--as-owner", "--fleet", str(relay))
+    code, data = send(cli, f"local:{s.pane}", "pasted behind the queue", *owner)
     assert (code, data["outcome"], data["lane"], data["state"]) == (0, "queuedBehindTurn", "tmux", "busy"), data
     s.wait_screen(r"↳ <cross-session-message[^\n]*\n\s+pasted behind the queue")
     # drover's queued envelope wraps over three indented lines: the working line is now six lines up, still busy.
-    code, again = send(cli, f"local:{s.pane}", "and a second one", "--via", "tmux")
+    code, again = send(cli, f"local:{s.pane}", "and a second one", *owner)
     assert (code, again["outcome"], again["state"]) == (0, "queuedBehindTurn", "busy"), again
     s.wait_screen(r"\n\s+and a second one")
     stays(lambda: all("pasted behind" not in json.dumps(r) for r in lab.requests_log()), 2.0, "no steer")
