@@ -74,6 +74,62 @@ def test_claudes_registry_record_for_this_very_process_is_evidence(
     assert engine_of(pid) == "claude"
 
 
+def test_a_record_from_another_machine_or_pid_namespace_is_no_evidence(
+    tmp_path: Path, spawned: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claude's registry discards a record whose pidDomain is not this one's as stale; so must identity, or a Claude
+    known only by it would be taken for one with no inbox (and pasted into)."""
+    exe = shell_named(tmp_path, "claude")
+    pid = run(spawned, str(exe), "-c", "read line")
+    sessions = tmp_path / "claude" / "sessions"
+    sessions.mkdir(parents=True)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(sessions.parent))
+    record = {"pid": pid, "sessionId": "0e0e0e0e-1111-2222-3333-444455556666", "procStart": procs.proc_start(pid)}
+    record["pidDomain"] = "linux:another-machine-id:pid:[4026531836]"
+    (sessions / f"{pid}.json").write_text(json.dumps(record))
+    assert engine_of(pid) == "unknown"
+    record["pidDomain"] = procs.pid_domain()
+    (sessions / f"{pid}.json").write_text(json.dumps(record))
+    assert engine_of(pid) == "claude"
+
+
+def test_two_live_processes_of_one_session_keep_a_record_each(
+    tmp_path: Path, spawned: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`claude --resume ID` beside the running session: two processes, one sessionId, a socket each."""
+    from drover.remote import claude
+
+    sessions = tmp_path / "claude" / "sessions"
+    sessions.mkdir(parents=True)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(sessions.parent))
+    pids = [run(spawned, SH, "-c", "read line") for _ in range(2)]
+    for pid in pids:
+        record = {"pid": pid, "sessionId": "0e0e0e0e-1111-2222-3333-444455556666", "procStart": procs.proc_start(pid)}
+        (sessions / f"{pid}.json").write_text(json.dumps({**record, "messagingSocketPath": f"/tmp/s-{pid}.sock"}))
+    live, _stale = claude.records([])
+    assert sorted(r["pid"] for r in live) == sorted(pids)
+
+
+def test_the_native_installers_claude_is_known_by_its_path_and_gets_no_paste_without_its_record(
+    tmp_path: Path, spawned: Any
+) -> None:
+    """Anthropic's native installer keeps Claude at ~/.local/share/claude/versions/X.Y.Z, outside any npm package:
+    that path is evidence too, and with no record found the paste refuses on doubt."""
+    from drover.remote.delivery import lane_unknown
+
+    native = tmp_path / ".local" / "share" / "claude" / "versions" / "2.1.328"
+    native.parent.mkdir(parents=True)
+    shutil.copy(SH, native)
+    link = tmp_path / ".local" / "bin" / "claude"  # what the installer puts on PATH
+    link.parent.mkdir(parents=True)
+    link.symlink_to(native)
+    pid = run(spawned, str(link), "-c", "read line")
+    assert engine_of(pid) == "claude"
+    assert procs.by_package(pid, merge_profiles(None)["claude"])
+    session = {"engine": "claude", "_package": True, "id": "%1"}
+    assert "cannot find this Claude Code's inbox" in (lane_unknown(session) or "")
+
+
 @pytest.mark.parametrize(
     ("engine", "package"),
     [("codex", "@openai/codex/bin/codex.js"), ("gemini", "@google/gemini-cli/bundle/gemini.js")],

@@ -40,8 +40,11 @@ def records(warnings: List[str], extra_dirs: Optional[List[str]] = None) -> Tupl
     seen = set()  # type: set
     for config in procs.claude_dirs(extra_dirs):
         for rec in _records_in(config, warnings, stale):
-            if rec["sessionId"] not in seen:
-                seen.add(rec["sessionId"])
+            # One record per process, not per sessionId: `claude --resume ID` beside the running session is a
+            # second live process with its own socket, and dropping its record left its pane to look inbox-less.
+            key = (rec["sessionId"], rec["pid"])
+            if key not in seen:
+                seen.add(key)
                 live.append(rec)
     return live, stale
 

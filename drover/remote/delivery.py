@@ -210,7 +210,8 @@ def _paste(
         detail = (
             "%s runs %s, named like an agent but with no evidence of being one (no agent package path, no Claude "
             "registry record): drover types nothing into it, --raw or not (a fleet's [engines.NAME] commands vouch for "
-            "a program of your own)"
+            "a program of your own -- not for a real Claude Code or Codex, which drover reaches through its own lane "
+            "once it finds it: vouching for one would let a paste go around that lane)"
         )
         return tmux_lane.refusal(P.UNVERIFIED_ENGINE, detail % (pane["id"], pane.get("command") or "a program"), pane)
     if pane["engine"] == "shell" and not args.get("raw"):

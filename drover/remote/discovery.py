@@ -61,20 +61,21 @@ def discover(profiles: Profiles, warnings: List[str]) -> List[Session]:
     dirs = [procs.claude_dir_of(int(s["engine_pid"])) for s in claudes]
     records, _stale = claude.records(warnings, [d for d in dirs if d])
     by_pid = {s["engine_pid"]: s for s in claudes}
-    placed = {}  # type: Dict[str, Session]
+    # Keyed by process, not sessionId: `claude --resume ID` beside the running session is a second process.
+    placed = {}  # type: Dict[Any, Session]
     for rec in records:  # the pane that runs the record's very process first (a Claude started inside another's)
         if rec["pid"] in by_pid:
-            placed[rec["sessionId"]] = by_pid.pop(rec["pid"])
+            placed[(rec["sessionId"], rec["pid"])] = by_pid.pop(rec["pid"])
     for rec in records:
         # Then the pane whose process tree holds it: Anthropic's `node cli-wrapper.cjs` runs the binary as its
         # child, and one Claude must not show up as a paneless inbox session plus a pane to paste into.
-        if rec["sessionId"] not in placed:
+        if (rec["sessionId"], rec["pid"]) not in placed:
             near = next((p for p in procs.ancestors(rec["pid"]) if p in by_pid), None)
             if near is not None:
-                placed[rec["sessionId"]] = by_pid.pop(near)
+                placed[(rec["sessionId"], rec["pid"])] = by_pid.pop(near)
     sessions, used = [], set()
     for rec in records:
-        pane = placed.get(rec["sessionId"])
+        pane = placed.get((rec["sessionId"], rec["pid"]))
         if pane is not None:
             used.add(id(pane))
         sessions.append(claude.session_from_record(rec, pane))

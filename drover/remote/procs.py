@@ -193,6 +193,12 @@ def claude_registered(pid: int) -> bool:
         except (OSError, ValueError):
             continue
         started = proc_start(pid)
+        domain = pid_domain()
+        if isinstance(rec, dict) and rec.get("pidDomain") and domain and rec["pidDomain"] != domain:
+            # Written in another machine or pid namespace: its pid names some other process there, and the
+            # registry discards it as stale -- evidence of nothing here (a Claude seen as one without its record
+            # would be pasted into around its inbox).
+            continue
         if isinstance(rec, dict) and rec.get("pid") == pid and started is not None and str(rec.get("procStart")) == started:
             return True
     return False

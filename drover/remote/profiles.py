@@ -12,7 +12,8 @@ from .protocol import BAD_PROFILE, HelperError
 BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
     "claude": {
         "commands": ["claude"],
-        "scripts": [r"@anthropic-ai/claude-code(-[a-z0-9-]+)?/"],
+        # npm's package, and the native installer's binaries (~/.local/share/claude/versions/X.Y.Z).
+        "scripts": [r"@anthropic-ai/claude-code(-[a-z0-9-]+)?/", r"/claude/versions/\d+\.\d+\.\d+[^/]*$"],
         # The input box: `❯` at column 0 between two rules (a dialog's `❯ 1. Yes` or ` ❯ Deny` is no input box).
         "input": r"^❯(?:[ \u00a0](?!\d+\.\s)(.*))?$",
         "input_above": r"^\s*─{3,}",
