@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -197,3 +198,31 @@ def test_a_shell_copied_to_claude_drawing_claudes_box_gets_nothing_typed(tmux: T
     raw = drover.run("sessions.message", {"id": pane.address, "text": "echo pwned", "raw": True}, actor="tester")
     assert (raw.data["outcome"], raw.data["code"]) == ("refused", "unverified_engine"), raw.data
     stays(lambda: not ran.exists(), what="the fake receiving nothing")
+
+
+@pytest.mark.parametrize(
+    ("argv", "script"),
+    [
+        (["python3", "-c", "import time  # @anthropic-ai/claude-code/"], []),
+        (["python3", "fake.py", "-m", "drover.demo_agent"], ["fake.py"]),
+        (["python3", "-u", "-m", "drover.demo_agent", "--log", "x"], ["drover.demo_agent"]),
+        (["python3", "-mdrover.demo_agent"], ["drover.demo_agent"]),
+        (["python3", "-X", "importtime", "tool.py"], ["tool.py"]),
+        (["node", "-e", "require('@anthropic-ai/claude-code/cli.js')"], []),
+        (["node", "--require", "@anthropic-ai/claude-code/x.js", "mine.js"], ["mine.js"]),
+        (["node", "/lib/node_modules/@openai/codex/bin/codex.js", "resume"], ["/lib/node_modules/@openai/codex/bin/codex.js"]),
+    ],
+)
+def test_an_interpreters_script_is_read_as_the_interpreter_reads_its_command_line(argv: list[str], script: list[str]) -> None:
+    """Code given inline and a script's own arguments name no package: `python3 -c '# @anthropic-ai/claude-code/'`
+    is not Claude, `python3 fake.py -m drover.demo_agent` is not the demo agent."""
+    assert procs.script_of(argv[0], argv[1:]) == script
+
+
+def test_a_lookalike_command_line_is_no_engine(tmp_path: Path, spawned: Any) -> None:
+    fake = tmp_path / "fake.py"
+    fake.write_text("import sys\nsys.stdin.read()\n")
+    code = run(spawned, sys.executable, "-c", "import sys; sys.stdin.read()  # @anthropic-ai/claude-code/")
+    assert engine_of(code) == "shell"
+    args = run(spawned, sys.executable, str(fake), "-m", "drover.demo_agent")
+    assert engine_of(args) == "shell"

@@ -210,7 +210,7 @@ def by_package(pid: int, prof: Dict[str, Any]) -> bool:
     argv = argv_of(pid) or []
     if not argv:
         return False
-    scripts = [a for a in argv[1:] if not a.startswith("-")][:1] if INTERPRETERS.match(os.path.basename(argv[0])) else []
+    scripts = script_of(os.path.basename(argv[0]), argv[1:]) if INTERPRETERS.match(os.path.basename(argv[0])) else []
     paths = [p for p in [_exe(pid)] + [_resolved(pid, s) for s in scripts] + scripts if p]
     return any(re.search(pattern, p) for pattern in prof.get("scripts", []) for p in paths)
 
@@ -227,6 +227,37 @@ def ancestors(pid: int, limit: int = 64) -> List[int]:
     return out
 
 
+# Interpreter options that take the next word as their value (so it is not the script), and those whose value is
+# code rather than a file: python -c, node -e/-p (code names no package: it is never evidence of one).
+_VALUE_OPTS = {"-W", "-X", "-Q", "-r", "--require", "--import", "--loader", "--experimental-loader", "--env-file"}
+_CODE_OPTS = {"-c", "-e", "--eval", "-p", "--print"}
+
+
+def script_of(base: str, args: List[str]) -> List[str]:
+    """What an interpreter runs, read as the interpreter reads its command line: the module after `-m`, else the
+    first word that is not an option -- and nothing for code given inline (`-c`, `-e`).  Words after the script are
+    its own arguments: `python3 fake.py -m drover.demo_agent` runs fake.py, not the demo agent."""
+    python = base.startswith(("python", "pypy"))
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            return args[i + 1 : i + 2]
+        if word in _CODE_OPTS or (python and word.startswith("-c")):
+            return []
+        if python and word == "-m":
+            return args[i + 1 : i + 2]
+        if python and word.startswith("-m") and len(word) > 2:
+            return [word[2:]]
+        if word in _VALUE_OPTS:
+            i += 2
+            continue
+        if not word.startswith("-") or word == "-":
+            return [word] if word != "-" else []
+        i += 1
+    return []
+
+
 def _engine_of(pid: int, argv: List[str], profiles: Dict[str, Dict[str, Any]], order: List[str]) -> Optional[str]:
     """The engine this process is, "unknown" when it only bears an engine's name, or None when it is no engine.
 
@@ -237,16 +268,7 @@ def _engine_of(pid: int, argv: List[str], profiles: Dict[str, Dict[str, Any]], o
     name) is `unknown`: drover types nothing into it.  A fleet that lists an engine's `commands` vouches for those
     names: that is how a user makes another program an engine."""
     base = os.path.basename(argv[0]) if argv else ""
-    scripts = []
-    if INTERPRETERS.match(base):
-        args = argv[1:]
-        if base.startswith(("python", "pypy")) and "-m" in args:
-            i = args.index("-m")
-            if i + 1 < len(args):
-                scripts.append(args[i + 1])
-        first = [a for a in args if not a.startswith("-")]
-        if first:
-            scripts.append(first[0])
+    scripts = script_of(base, argv[1:]) if INTERPRETERS.match(base) else []
     # npm installs agents as scripts run by node (`node /usr/bin/codex`): the script's name counts as a command.
     names = [base] + [os.path.basename(s) for s in scripts]
     paths = None  # type: Optional[List[str]]
