@@ -37,7 +37,7 @@ def neutralise(text: str) -> str:
 # The tags whose lookalikes a message body must not carry: the envelope's own, and the others Claude Code disarms in
 # a peer message's body (it drops the body from its record when it had to disarm anything there).
 TAGS = ("cross-session-message", "teammate-message", "agent-message", "cited")
-OPENERS = frozenset(confusables.OPENERS)
+OPENERS = frozenset(confusables.OPENERS) | {"\U000e003c"}  # and the TAG character that shadows `<` (below)
 
 
 def _reading_table() -> Dict[int, str]:
@@ -62,6 +62,16 @@ def _reading_table() -> Dict[int, str]:
         table[ord(ch)] = "".join("I" if c == "l" else c.upper() if "a" <= c <= "z" else " " for c in read)
     for ch in OPENERS:
         table[ord(ch)] = "<"
+    # Unicode's TAG characters (U+E0020-U+E007E) are invisible, and no confusable of anything, but a model reads them
+    # as the ASCII they shadow: the tag's name spelled in them, after a `<`, is the tag.
+    for code in range(0x20, 0x7F):
+        ch = chr(code)
+        if ch.isalpha():
+            table[0xE0000 + code] = "I" if ch in "lLiI" else ch.upper()
+        elif ch == "<":
+            table[0xE0000 + code] = "<"
+        elif ch.isdigit() or ch in "_-":
+            table[0xE0000 + code] = "0"
     return table
 
 
