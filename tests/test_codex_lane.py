@@ -74,9 +74,10 @@ def thread_of(lab: CodexLab, s: CodexSession) -> str:
     sock = lab.codex_home / "app-server-control" / "app-server-control.sock"
 
     def look() -> str | None:
-        for tid in app_server(sock, [("thread/loaded/list", {})])[0]["result"]["data"]:
-            t = app_server(sock, [("thread/read", {"threadId": tid})])[0]["result"]["thread"]
-            if t["cwd"] == str(s.cwd) and not t.get("ephemeral"):
+        for tid in app_server(sock, [("thread/loaded/list", {})])[0].get("result", {}).get("data", []):
+            # A thread unloaded between the list and the read answers an error: look again.
+            t = app_server(sock, [("thread/read", {"threadId": tid})])[0].get("result", {}).get("thread") or {}
+            if t.get("cwd") == str(s.cwd) and not t.get("ephemeral"):
                 return str(tid)
         return None
 
