@@ -33,7 +33,7 @@ class EngineProfile(_Strict):
     dialog: list[str] | None = None
     busy: list[str] | None = None
     idle: list[str] | None = None
-    dialog_scope: Literal["screen", "last_line"] | None = None
+    dialog_scope: Literal["screen", "live", "last_line"] | None = None
     default_state: Literal["idle", "unknown"] | None = None
     queues_when_busy: bool | None = None
     envelope: bool | None = None

@@ -46,7 +46,7 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         # 18-487 ms after the paste (load decides); no second write followed within 600 ms.  The hold counts from
         # that write: it is for a dialog the program might raise in answer to the paste, 60 ms as before.
         "paste_hold_s": 0.06,
-        "dialog_scope": "screen",
+        "dialog_scope": "live",
         "default_state": "unknown",
         "queues_when_busy": True,
         "envelope": True,
@@ -91,7 +91,7 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         # Measured as for Claude (0.169): one write 4-104 ms after the paste (a second within
         # 0.4 ms of it at most), nothing after it.
         "paste_hold_s": 0.04,
-        "dialog_scope": "screen",
+        "dialog_scope": "live",
         "default_state": "unknown",
         "queues_when_busy": True,
         "envelope": True,
@@ -126,7 +126,7 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         # It draws a paste in one or two writes, 20-166 ms after it and at most 20 ms apart (tests/test_redraw.py,
         # 0.61, three runs): 60 ms covers the second.
         "paste_hold_s": 0.06,
-        "dialog_scope": "screen",
+        "dialog_scope": "live",
         "default_state": "unknown",
         "queues_when_busy": True,
         "envelope": True,
@@ -145,7 +145,7 @@ BUILTIN_PROFILES: Dict[str, Dict[str, Any]] = {
         "idle": [r"^\s*❯\s*$"],
         # It draws every frame in one write, 2-63 ms after a paste (tests/test_redraw.py).
         "paste_hold_s": 0.02,
-        "dialog_scope": "screen",
+        "dialog_scope": "live",
         "default_state": "unknown",
         "queues_when_busy": True,
         "envelope": True,

@@ -4,7 +4,9 @@ An agent's screen is history above and a live region at the bottom: the input bo
 `input` pattern, the last line that matches with `input_above` right above it), a few status lines above it
 (`live_above`) and the footer below.  Busy, idle and dialog are read from the live region only, never from
 history: an old message quoting "esc to interrupt", or a prompt `› 1. fix the flaky test` in the scrollback, says
-nothing about now.  A screen with no input box at all is a dialog if it shows one anywhere, else unknown.
+nothing about now -- unless the profile's `dialog_scope` is "screen": then a dialog marker anywhere on the visible
+screen outside the box counts (a program drawing its dialogs at the top).  A screen with no input box at all is a
+dialog if it shows one anywhere, else unknown.
 Profiles without an `input` pattern (the shell, a user's own engine) are read the simpler way: dialog, busy,
 idle patterns over the scope the profile names.
 """
@@ -169,7 +171,12 @@ def classify(screen: str, profile: Profile, pasted: str = "") -> Dict[str, Any]:
         result["unsent"] = drovers_own(text)
     if pasted:
         result["shows_paste"] = shows_paste(text, pasted, profile)
-    hit = _search(profile.get("dialog", []), live)
+    # "screen": a dialog anywhere on the visible screen counts (a program may draw one at the top, far from its
+    # box); "live" (the built-in engines, whose dialogs are measured to come up in place of the box or right above
+    # it) reads the live region only, so a quoted dialog word in the history refuses nothing.  The box's own text
+    # never counts: it may quote dialog words.
+    scope = lines[:start] + lines[end:] if profile.get("dialog_scope") == "screen" else live
+    hit = _search(profile.get("dialog", []), scope)
     if hit is not None:
         result.update(state="dialog", reason="dialog on screen: %r" % hit.strip()[:120])
         return result

@@ -14,7 +14,7 @@ import os
 import re
 import time
 import uuid
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import line_editor, procs
 from . import protocol as P
@@ -372,14 +372,16 @@ def _deliver_locked(
             refused["detail"] += "; the text sits unsent in the input box, and drover sends nothing more here until it is cleared"
             return refused
         fault("after_enter")
-        if engine != "shell" and not _submitted(session, payload, profiles, float(args.get("submit_wait_s", 3.0)), arrived):
+        dialogs: List[str] = []  # one drawn in the instant before the Enter may have taken it as its answer
+        if engine != "shell" and not _submitted(session, payload, profiles, args.get("submit_wait_s", 3.0), arrived, dialogs):
+            seen_dialog = "then a dialog showed (%s), which the %s may have answered, and " % (dialogs[0], key) if dialogs else ""
             detail = (
-                "%s was pressed but the text is still in the input box: it was not submitted, and drover sends nothing "
-                "more here until it is cleared" % key
+                "%s was pressed but %sthe text is still in the input box: it was not submitted, and drover sends "
+                "nothing more here until it is cleared" % (key, seen_dialog)
             )
             # A slow program may still take it: not provably unsent, so never retried blindly.
-            outcome = dict(refusal(P.NOT_SUBMITTED, detail, session), outcome=P.FAILED, pasted=True, left_in_input=True)
-            return dict(outcome, indeterminate=True)
+            refused = refusal(P.NOT_SUBMITTED, detail, session, "dialog" if dialogs else "")
+            return dict(refused, outcome=P.FAILED, pasted=True, left_in_input=True, indeterminate=True)
     except HelperError as exc:
         # The text is in the pane; whether Enter went is unknown. Say so, never "delivered".
         return {
@@ -403,7 +405,7 @@ def _deliver_locked(
 
 
 def _submitted(
-    session: Session, payload: str, profiles: Profiles, seconds: float, arrived: Optional[Callable[[], Optional[bool]]] = None
+    session: Session, payload: str, profiles: Profiles, seconds: float, arrived: Any = None, dialogs: Any = None
 ) -> bool:
     """After Enter: has the input box let go of the text?  (A delivery drover did not see is not a delivery.)
 
@@ -411,14 +413,16 @@ def _submitted(
     text, is what a frame caught half-drawn looks like (a program that draws in two writes, tens of ms apart), and
     a box with other text may be a person typing at once.  Then the receiver's own record decides, where drover can
     read one (`arrived`); where it cannot, a box without the paste, or no box in two looks in a row, is taken as
-    let go (all a screen can say)."""
+    let go (all a screen can say).  A dialog seen on the way is added to `dialogs` (its reason)."""
     profile = profiles[session["engine"]]
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + float(seconds)
     boxless = 0
     asked = 0.0  # the record is read at most every 100 ms (the first time at once)
     known: Optional[bool] = None  # what it said last: None, it keeps none drover can read
     while True:
         seen = classify(capture(session["socket"], session["id"]), profile, pasted=payload)
+        if seen["state"] == "dialog" and dialogs == []:
+            dialogs.append(seen["reason"])
         text = seen.get("input")
         if text is not None and (not text or is_placeholder(text, profile)):
             return True
@@ -458,10 +462,8 @@ def _enter(session: Session, payload: str, profiles: Profiles, status: Any, befo
             return refused
         if press_if(socket, pane_id, key, seen):
             return None
-        changed = "the pane changed between drover's last look and %s (a key typed, a dialog drawn?): %s was not pressed" % (
-            key,
-            key,
-        )
+        changed = "the pane changed between drover's last look and {0} (a key typed, a dialog drawn?): {0} was not pressed"
+        changed = changed.format(key)
     return refusal(P.CHANGED_BEFORE_ENTER, changed + ", and it kept changing at every look", session)
 
 
