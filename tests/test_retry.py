@@ -200,10 +200,11 @@ def test_kill_9_of_the_sender_mid_ssh_then_retry_lands_exactly_once(sshfleet: An
     pane = remote_agent(sshfleet, "h2", "far", isolated)
     socket = Path(sshfleet.host_env("h2")["TMUX_TMPDIR"]) / f"tmux-{os.getuid()}" / "default"
     env = {**os.environ, "HOME": str(sshfleet.client_home), "DROVER_FLEET": str(sshfleet.fleet_file)}
+    others = set(helper_pids("h2"))  # an earlier test's helpers, not this send's
     with PaneLock(str(socket), pane.id, 0):  # the delivery waits on h2 for the pane, its request out
         proc = subprocess.Popen([sys.executable, "-m", "drover", "send", "h2:far", "killed mid-ssh"], cwd=str(ROOT), env=env)
         wait_for(lambda: drover.run("messages.list", {}).data["messages"], timeout=30, what="the accepted event")
-        wait_for(lambda: helper_pids("h2"), timeout=30, what="the delivering helper on h2")
+        wait_for(lambda: set(helper_pids("h2")) - others, timeout=30, what="the delivering helper on h2")
         proc.kill()  # kill -9 of the sender, mid-SSH
         proc.wait(timeout=10)
     msg = drover.run("messages.list", {}).data["messages"][-1]

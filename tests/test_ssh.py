@@ -186,6 +186,8 @@ def test_connection_killed_mid_send_is_failed_never_delivered(sshfleet: SSHFleet
 
     pane = remote_agent(sshfleet, "h2", "agent", isolated)
     socket = Path(sshfleet.host_env("h2")["TMUX_TMPDIR"]) / f"tmux-{os.getuid()}" / "default"
+    # Helpers already on h2 (an earlier test's daemon or library pool, until its idle exit) are not this send's.
+    others = set(helper_pids("h2"))
     with PaneLock(str(socket), pane.id, 0):  # another sender holds the pane: the delivery waits there, mid-request
         proc = subprocess.Popen(
             [sys.executable, "-m", "drover", "send", "h2:agent", "cut off", "--json"],
@@ -195,7 +197,7 @@ def test_connection_killed_mid_send_is_failed_never_delivered(sshfleet: SSHFleet
             text=True,
         )
         wait_for(lambda: drover.run("messages.list", {}).data["messages"], what="the accepted event")
-        helpers = wait_for(lambda: helper_pids("h2"), what="the delivering helper to run on h2")
+        helpers = wait_for(lambda: sorted(set(helper_pids("h2")) - others), what="the delivering helper to run on h2")
         sshd_session = int(Path(f"/proc/{helpers[0]}/stat").read_text().rsplit(")", 1)[1].split()[1])
         os.kill(sshd_session, signal.SIGKILL)  # the SSH connection dies under the request
         for pid in helpers:
