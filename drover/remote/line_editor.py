@@ -24,6 +24,8 @@ import struct
 import termios
 from typing import Dict, List, Optional, Pattern, Tuple
 
+from . import protocol as P
+
 Symbols = Dict[str, int]
 _SYMBOLS = {}  # type: Dict[Tuple[str, float], Symbols]
 
@@ -95,29 +97,90 @@ def _locate(pid: int, which: Pattern[str], want: List[str]) -> Tuple[int, Symbol
     raise OSError("no mapped file exports %s" % ", ".join(want))
 
 
-READLINE = ["_rl_keymap", "rl_editing_mode", "emacs_standard_keymap", "vi_insertion_keymap"]
+READLINE = [
+    "_rl_keymap",
+    "rl_editing_mode",
+    "emacs_standard_keymap",
+    "vi_insertion_keymap",
+    "_rl_enable_bracketed_paste",
+    "rl_end",
+    "rl_key_sequence_length",
+    "rl_readline_state",
+]
+RL_STATE_TERMPREPPED = 0x4  # readline is reading the line (bash's own prompt), not `read -p` or a lone terminal
+RL_STATE_MOREINPUT = 0x40  # readline waits for the rest of a key sequence (after Esc, C-x, C-v)
 
 
-def _bash(pid: int) -> Optional[str]:
+def _int(pid: int, address: int) -> int:
+    return struct.unpack("<i", _read(pid, address, 4))[0]
+
+
+def _bash(pid: int) -> Optional[Tuple[str, str]]:
     # Readline lives in bash itself (Debian builds it in) or in libreadline.so (some distributions link it).
     base, syms = _locate(pid, re.compile(r"^(bash|libreadline\.so)"), READLINE)
+    state = _int(pid, base + syms["rl_readline_state"])
+    if not state & RL_STATE_TERMPREPPED:
+        # An interactive bash whose readline is not reading runs something else at the prompt's look-alike: a
+        # `read -p "$ "` question (the terminal in canonical mode), or no line editing at all -- doubt.
+        return P.NOT_AT_PROMPT, "bash's line editor is not reading its prompt (a `read -p` question imitating the prompt?)"
+    if _int(pid, base + syms["rl_end"]) != 0:
+        # A draft that looks like part of the prompt (`~/bin$`, spaces) is still on the line: the text would join it.
+        return P.DRAFT_IN_INPUT, "bash's input line already holds a person's draft: the text would be joined to it and run"
+    if _int(pid, base + syms["rl_key_sequence_length"]) != 0 or state & RL_STATE_MOREINPUT:
+        # readline keeps _rl_keymap at the base keymap while it waits for the key after Esc, C-x or C-v.
+        return (
+            P.KEYS_NOT_TEXT,
+            "bash's line editor is in the middle of a key sequence (Esc, C-x or C-v pressed): the text would finish it",
+        )
     keymap = struct.unpack("<Q", _read(pid, base + syms["_rl_keymap"], 8))[0]
-    vi = struct.unpack("<i", _read(pid, base + syms["rl_editing_mode"], 4))[0] == 0
+    vi = _int(pid, base + syms["rl_editing_mode"]) == 0
+    bracketed = _int(pid, base + syms["_rl_enable_bracketed_paste"]) != 0
+    if vi and not bracketed:
+        # Without bracketed paste each byte is a key even in vi insert mode, and a binding such as `jk` to
+        # vi-movement-mode turns the rest of the text into vi commands (`k` recalls, `v` runs: no Enter needed).
+        return P.KEYS_NOT_TEXT, (
+            "bash is in vi mode with bracketed paste off: every pasted byte would be a key, and a vi binding "
+            "could turn the text into commands (turn bracketed paste on, or use emacs mode)"
+        )
     if keymap == base + syms["vi_insertion_keymap"] or keymap == base + syms["emacs_standard_keymap"]:
         return None
     if vi:
-        return "bash's line editor is in vi command mode: the text would be read as vi commands (k, v, ZZ run things)"
-    return "bash's line editor is in the middle of a key sequence (an Esc or Ctrl-X pressed): the text would finish it"
+        return (
+            P.KEYS_NOT_TEXT,
+            "bash's line editor is in vi command mode: the text would be read as vi commands (k, v, ZZ run things)",
+        )
+    return (
+        P.KEYS_NOT_TEXT,
+        "bash's line editor is in the middle of a key sequence (an Esc or Ctrl-X pressed): the text would finish it",
+    )
 
 
-def _zsh(pid: int) -> Optional[str]:
-    base, syms = _locate(pid, re.compile(r"^zle\.so$"), ["curkeymapname"])
+def _zsh(pid: int) -> Optional[Tuple[str, str]]:
+    base, syms = _locate(pid, re.compile(r"^zle\.so$"), ["curkeymapname", "curkeymap", "zlell"])
+    if _int(pid, base + syms["zlell"]) != 0:
+        return P.DRAFT_IN_INPUT, "zsh's input line already holds a person's draft: the text would be joined to it and run"
     pointer = struct.unpack("<Q", _read(pid, base + syms["curkeymapname"], 8))[0]
     name = _read(pid, pointer, 16).split(b"\0")[0].decode("ascii", "replace")
-    # `main` is whichever of emacs and viins the user bound it to; both insert what is typed.
-    if name in ("main", "emacs", "viins"):
-        return None
-    return "zsh's line editor is in its %r keymap, not one that inserts text: the text would be read as commands" % name
+    if name not in ("main", "emacs", "viins"):
+        why = "zsh's line editor is in its %r keymap, not one that inserts text: the text would be read as commands"
+        return P.KEYS_NOT_TEXT, why % name
+    # `main` is whichever of emacs and viins the user bound it to.  viins binds C-w and C-h to vi- widgets (struct
+    # keymap starts with its 256 Thingy pointers; a thingy's name follows its hash-chain pointer).  zsh's
+    # bracketed paste (the zle_bracketed_paste parameter) cannot be read from outside: in vi mode a binding such
+    # as `jk` could turn the pasted keys into commands, so vi is refused on doubt.
+    keymap = struct.unpack("<Q", _read(pid, base + syms["curkeymap"], 8))[0]
+    bound = []  # type: List[str]
+    for key in (8, 23):  # C-h, C-w: emacs' backward-delete-char and backward-kill-word, viins' vi-... ones
+        thingy = struct.unpack("<Q", _read(pid, keymap + key * 8, 8))[0]
+        if thingy:
+            nam = struct.unpack("<Q", _read(pid, thingy + 8, 8))[0]
+            bound.append(_read(pid, nam, 32).split(b"\0")[0].decode("ascii", "replace"))
+    if name == "viins" or any(b.startswith("vi-") for b in bound):
+        return P.KEYS_NOT_TEXT, (
+            "zsh is in vi mode and drover cannot read whether its bracketed paste is on: pasted bytes could be keys, "
+            "and a vi binding could turn the text into commands (use emacs mode: bindkey -e)"
+        )
+    return None
 
 
 TCSH_FILES = ["/etc/csh.cshrc", "/etc/csh.login", "~/.tcshrc", "~/.cshrc", "~/.login"]
@@ -171,10 +234,8 @@ def canonical(tty: str) -> Optional[bool]:
         os.close(fd)
 
 
-def refusal(shell: str, pid: int, tty: str, screen: str) -> Optional[str]:
-    """Why a paste into this shell at its prompt would not be read as text, or None when it would."""
-    if canonical(tty):
-        return None  # no line editor: the terminal collects the line, every byte is text until Enter
+def verdict(shell: str, pid: int, tty: str, screen: str) -> Optional[Tuple[str, str]]:
+    """(outcome code, why) when a paste into this shell at its prompt would not be read as text, or None."""
     try:
         # bash or zsh under another name (sh is bash on some systems): the program, not its name, has the editor.
         exe = os.path.basename(os.readlink("/proc/%d/exe" % pid))
@@ -182,18 +243,30 @@ def refusal(shell: str, pid: int, tty: str, screen: str) -> Optional[str]:
         exe = shell
     if exe in ("bash", "zsh"):
         shell = exe
+    if shell != "bash" and canonical(tty):
+        # No line editor: the terminal collects the line, every byte is text until Enter.  (bash's readline state
+        # tells its prompt from a `read -p` question; dash's cannot be told apart.)
+        return None
     try:
         if shell == "bash":
             return _bash(pid)
         if shell == "zsh":
             return _zsh(pid)
     except (OSError, ValueError, struct.error) as exc:
-        return "cannot read %s's line-editing mode (%s): it might take the text as commands (vi command mode)" % (
-            shell,
-            exc,
-        )
+        why = "cannot read %s's line-editing mode (%s): it might take the text as commands (vi command mode)"
+        return P.KEYS_NOT_TEXT, why % (shell, exc)
     if shell == "fish":
         return None
     if shell == "tcsh":
-        return _tcsh(pid, screen)
-    return "%s's line editor is not one drover knows: it might take the text as commands (vi command mode)" % shell
+        vi = _tcsh(pid, screen)
+        return (P.KEYS_NOT_TEXT, vi) if vi else None
+    return (
+        P.KEYS_NOT_TEXT,
+        "%s's line editor is not one drover knows: it might take the text as commands (vi command mode)" % shell,
+    )
+
+
+def refusal(shell: str, pid: int, tty: str, screen: str) -> Optional[str]:
+    """Why a paste into this shell at its prompt would not be read as text, or None when it would."""
+    seen = verdict(shell, pid, tty, screen)
+    return seen[1] if seen else None
