@@ -229,9 +229,19 @@ def test_fish_with_a_persons_draft_gets_nothing(tmux: Tmux, isolated: Path) -> N
     assert (doc.data["outcome"], doc.data["code"]) == ("refused", "not_at_prompt"), doc.data
 
 
-def test_tcsh_at_its_default_prompt_gets_a_line_and_its_vi_bindings_refuse(tmux: Tmux, isolated: Path) -> None:
+def vouch_tcsh(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's word that their tcsh never uses vi bindings (drover cannot read tcsh's mode)."""
+    fleet = isolated / "fleet.toml"
+    fleet.write_text("[engines.shell]\ntcsh_emacs = true\n")
+    monkeypatch.setenv("DROVER_FLEET", str(fleet))
+
+
+def test_tcsh_at_its_default_prompt_gets_a_line_and_its_vi_bindings_refuse(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """tcsh's default prompt (`host:~> `, `host:~# ` for root, from Debian's /etc/csh.cshrc) takes a line typed as
-    keys; once its vi bindings are on, Esc would make those keys commands, and drover cannot read its mode: refused."""
+    keys where the user vouched for emacs bindings; once vi bindings show, Esc would make those keys commands."""
+    vouch_tcsh(isolated, monkeypatch)
     home = isolated / "tcshhome"
     end = ">" if os.getuid() else "#"
     pane = start(tmux, home, "tcsh", "tcsh", end)
@@ -250,6 +260,33 @@ def test_tcsh_at_its_default_prompt_gets_a_line_and_its_vi_bindings_refuse(tmux:
     doc = send(fresh.address, f"echo rc > {second}")
     assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
     assert ".tcshrc" in doc.data["detail"]
+    # And from a file the .tcshrc sources.
+    (home / ".tcsh_keys").write_text("bindkey -v\n")
+    (home / ".tcshrc").write_text("source /etc/csh.cshrc\nsource ~/.tcsh_keys\n")
+    third = start(tmux, home, "tcshsrc", "tcsh", end)
+    doc = send(third.address, f"echo src > {second}")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
+    assert ".tcsh_keys" in doc.data["detail"]
+    stays(lambda: not second.exists(), what="nothing run")
+
+
+def test_tcsh_vi_bindings_cleared_off_screen_run_nothing(tmux: Tmux, isolated: Path) -> None:
+    """The stranger's `bindkey -v; clear`, Esc: vi command mode with no trace drover can read.  Unvouched tcsh
+    gets nothing, and the refusal says how to vouch."""
+    home = isolated / "tcshclear"
+    end = ">" if os.getuid() else "#"
+    pane = start(tmux, home, "tcshclr", "tcsh", end)
+    recalled = isolated / "trecalled.txt"
+    type_line(pane, f"touch {recalled}", end)
+    recalled.unlink()
+    pane.tmux("send-keys", "-t", pane.id, "-l", "bindkey -v; clear")
+    pane.tmux("send-keys", "-t", pane.id, "Enter")
+    wait_for(lambda: "bindkey" not in pane.screen() and pane.screen().rstrip().endswith(end), what="the screen cleared")
+    pane.tmux("send-keys", "-t", pane.id, "Escape")
+    doc = send(pane.address, "kkv")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
+    assert "tcsh_emacs" in doc.data["detail"]
+    stays(lambda: not recalled.exists() and "touch" not in pane.screen(), what="no history recalled")
 
 
 FAKE_KSH = """import sys, termios, tty
@@ -343,7 +380,8 @@ def test_over_ssh_a_users_own_shell_at_its_default_prompt_gets_a_line(shell: str
     tmux = user_pane(user, shell, home)
     try:
         wait_for(lambda: tmux("capture-pane", "-p", "-t", "raw").rstrip().endswith(("$", ">")), what=f"{shell}'s prompt")
-        sshfleet.fleet_file.write_text(sshfleet.fleet_toml(f'[hosts.colleague]\nssh = "h1"\nuser = "{user}"\n'))
+        vouch = "[engines.shell]\ntcsh_emacs = true\n" if shell == "tcsh" else ""
+        sshfleet.fleet_file.write_text(sshfleet.fleet_toml(f'[hosts.colleague]\nssh = "h1"\nuser = "{user}"\n' + vouch))
         doc = drover.run(
             "sessions.message", {"host": "colleague", "id": "raw", "text": f"echo ok > {marker}", "raw": True}, actor="t"
         )

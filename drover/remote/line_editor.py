@@ -185,6 +185,7 @@ def _zsh(pid: int) -> Optional[Tuple[str, str]]:
 
 TCSH_FILES = ["/etc/csh.cshrc", "/etc/csh.login", "~/.tcshrc", "~/.cshrc", "~/.login"]
 VI_TYPED = re.compile(r"(^|[\s;])bindkey\s+-v\b")
+SOURCED = re.compile(r"(?:^|[\s;])source\s+(?:-h\s+)?(\S+)")
 
 
 def _home(pid: int) -> str:
@@ -198,22 +199,38 @@ def _home(pid: int) -> str:
     return os.path.expanduser("~")
 
 
-def _tcsh(pid: int, screen: str) -> Optional[str]:
+def _tcsh(pid: int, screen: str, vouched: bool) -> Optional[str]:
     """tcsh takes the text as keys (no bracketed paste): fine in its emacs bindings, commands in vi command mode.
-    Its mode is kept where drover cannot read it, so any sign of vi bindings refuses."""
+    Its mode is kept where drover cannot read it (`bindkey -v; clear` leaves no trace), so tcsh gets text only when
+    the user vouched that it never uses vi bindings, and even then any sign of them refuses."""
+    if not vouched:
+        return (
+            "tcsh takes pasted text as keys and drover cannot read whether its vi bindings are on (a `bindkey -v` "
+            "typed and cleared): if this tcsh never uses them, set tcsh_emacs = true under [engines.shell]"
+        )
     home = _home(pid)
     paths = [p.replace("~", home, 1) for p in TCSH_FILES]
     try:
         paths += sorted(os.path.join("/etc/csh/cshrc.d", n) for n in os.listdir("/etc/csh/cshrc.d"))
     except OSError:
         pass
-    for path in paths:
+    seen = []  # type: List[str]
+    while paths and len(seen) < 64:
+        path = paths.pop(0)
+        if path in seen:
+            continue
+        seen.append(path)
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
-                lines = f.read().splitlines()
+                lines = [line.split("#", 1)[0] for line in f.read().splitlines()]
         except OSError:
             continue
-        if any(VI_TYPED.search(line.split("#", 1)[0]) for line in lines):
+        for line in lines:
+            # Files sourced from a startup file count as startup files (relative names from the home directory).
+            for name in SOURCED.findall(line):
+                name = name.strip("'\"").replace("~", home, 1).replace("$HOME", home, 1)
+                paths.append(os.path.join(home, name))
+        if any(VI_TYPED.search(line) for line in lines):
             return "tcsh takes pasted text as keys, and %s turns on its vi bindings (Esc makes keys commands)" % path
     if any(VI_TYPED.search(line) for line in screen.splitlines()):
         return "tcsh takes pasted text as keys, and a `bindkey -v` on screen turned on its vi bindings"
@@ -234,7 +251,7 @@ def canonical(tty: str) -> Optional[bool]:
         os.close(fd)
 
 
-def verdict(shell: str, pid: int, tty: str, screen: str) -> Optional[Tuple[str, str]]:
+def verdict(shell: str, pid: int, tty: str, screen: str, tcsh_emacs: bool = False) -> Optional[Tuple[str, str]]:
     """(outcome code, why) when a paste into this shell at its prompt would not be read as text, or None."""
     try:
         # bash or zsh under another name (sh is bash on some systems): the program, not its name, has the editor.
@@ -258,7 +275,7 @@ def verdict(shell: str, pid: int, tty: str, screen: str) -> Optional[Tuple[str, 
     if shell == "fish":
         return None
     if shell == "tcsh":
-        vi = _tcsh(pid, screen)
+        vi = _tcsh(pid, screen, tcsh_emacs)
         return (P.KEYS_NOT_TEXT, vi) if vi else None
     return (
         P.KEYS_NOT_TEXT,

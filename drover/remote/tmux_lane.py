@@ -150,7 +150,7 @@ def check_shell(session: Session, flags: Dict[str, str], screen: str, text: str,
         detail = "the last line %r is not a bare shell prompt (a read -p question, a continuation, or a person's draft?)"
         return refusal(P.NOT_AT_PROMPT, detail % last[-60:], session)
     pid = int(flags["pane_pid"] or 0)
-    seen_editor = line_editor.verdict(command, pid, _tty(pid), screen)
+    seen_editor = line_editor.verdict(command, pid, _tty(pid), screen, bool(profile.get("tcsh_emacs")))
     if seen_editor is not None:
         return refusal(seen_editor[0], "refused before pasting: " + seen_editor[1], session)
     if "\n" in text.strip("\n"):
