@@ -122,6 +122,20 @@ def test_zsh_vi_insert_without_bracketed_paste_and_a_jk_binding_runs_nothing(tmu
     stays(lambda: not recalled.exists() and pane.screen().rstrip().endswith("%"), what="no history recalled")
 
 
+@pytest.mark.parametrize("keys", [["Escape"], ["C-x"], ["C-v"]])
+def test_zsh_in_the_middle_of_a_key_sequence_gets_nothing(tmux: Tmux, isolated: Path, keys: list[str]) -> None:
+    """zsh's emacs keymap after Esc, C-x or C-v waits for the next key: a paste would finish the sequence."""
+    pane = start(tmux, isolated / "zshseq", "zseq", "zsh", "%", "PS1='%% '")
+    before = pane.screen().rstrip()
+    pane.tmux("send-keys", "-t", pane.id, *keys)
+    wait_for(lambda: editor_says(pane, "zsh") is not None, what="zsh to take the key")
+    marker = isolated / "zseq.txt"
+    doc = send(pane.address, f"echo X > {marker}")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
+    assert "key sequence" in doc.data["detail"]
+    stays(lambda: not marker.exists() and pane.screen().rstrip() == before, what="nothing typed")
+
+
 def test_zsh_with_a_draft_gets_nothing(tmux: Tmux, isolated: Path) -> None:
     pane = start(tmux, isolated / "zshdraft", "zdraft", "zsh", "%", "PS1='%% '")
     pane.tmux("send-keys", "-t", pane.id, "-l", "~/bin%")

@@ -27,14 +27,14 @@ from typing import Dict, List, Optional, Pattern, Tuple
 from . import protocol as P
 
 Symbols = Dict[str, int]
-_SYMBOLS = {}  # type: Dict[Tuple[str, float], Symbols]
+_SYMBOLS = {}  # type: Dict[Tuple[str, float, Tuple[str, ...]], Symbols]
 
 
 def _dynamic_symbols(path: str, want: List[str]) -> Symbols:
     """The addresses (relative to the load base) of the wanted dynamic symbols of a 64-bit little-endian ELF file;
     {} for anything else.  Cached per file and modification time: the helper may live long."""
     try:
-        key = (path, os.stat(path).st_mtime)
+        key = (path, os.stat(path).st_mtime, tuple(sorted(want)))  # per wanted list: callers want different symbols
     except OSError:
         return {}
     if key in _SYMBOLS:
@@ -156,9 +156,13 @@ def _bash(pid: int) -> Optional[Tuple[str, str]]:
 
 
 def _zsh(pid: int) -> Optional[Tuple[str, str]]:
-    base, syms = _locate(pid, re.compile(r"^zle\.so$"), ["curkeymapname", "curkeymap", "zlell"])
+    base, syms = _locate(pid, re.compile(r"^zle\.so$"), ["curkeymapname", "curkeymap", "zlell", "keybuflen"])
     if _int(pid, base + syms["zlell"]) != 0:
         return P.DRAFT_IN_INPUT, "zsh's input line already holds a person's draft: the text would be joined to it and run"
+    if _int(pid, base + syms["keybuflen"]) != 0:
+        # zle keeps the keys of an unfinished sequence (Esc, C-x; C-v's quoted-insert) in keybuf; 0 between commands.
+        why = "zsh's line editor is in the middle of a key sequence (Esc, C-x or C-v pressed): the text would finish it"
+        return P.KEYS_NOT_TEXT, why
     pointer = struct.unpack("<Q", _read(pid, base + syms["curkeymapname"], 8))[0]
     name = _read(pid, pointer, 16).split(b"\0")[0].decode("ascii", "replace")
     if name not in ("main", "emacs", "viins"):
