@@ -50,6 +50,8 @@ class EngineProfile(_Strict):
     submit_delay_s: float | None = Field(None, ge=0, le=10)
     paste_hold_s: float | None = Field(None, ge=0, le=2)
     input_end_last: bool | None = None
+    # [engines.shell]: the user vouches that their tcsh never uses vi bindings (drover cannot read tcsh's mode).
+    tcsh_emacs: bool | None = None
 
     @field_validator(
         "scripts",

@@ -85,22 +85,134 @@ def test_bash_in_vi_command_mode_gets_nothing_typed(tmux: Tmux, isolated: Path) 
     assert not recalled.exists()
 
 
-def test_zsh_in_vicmd_is_refused_and_in_viins_delivered(tmux: Tmux, isolated: Path) -> None:
+def test_zsh_in_vi_mode_is_refused_and_in_emacs_delivered(tmux: Tmux, isolated: Path) -> None:
+    """zsh's bracketed paste cannot be read from outside: in vi mode (insert or command) a binding could turn pasted
+    keys into commands, so only emacs mode gets text."""
     home = isolated / "zshhome"
     pane = start(tmux, home, "zvi", "zsh", "%", "PS1='%% '")
-    type_line(pane, "bindkey -v", "%")
     marker = isolated / "zsh.txt"
-    doc = send(pane.address, f"echo viins > {marker}")
+    doc = send(pane.address, f"echo emacs > {marker}")
     assert doc.data["outcome"] == "delivered", (doc.data["code"], doc.data["detail"])
     wait_for(marker.exists, what="zsh to run the line")
+    type_line(pane, "bindkey -v", "%")
+    viins = isolated / "zsh1.txt"
+    doc = send(pane.address, f"echo viins > {viins}")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
+    assert "vi mode" in doc.data["detail"]
     pane.tmux("send-keys", "-t", pane.id, "Escape")
-    wait_for(lambda: editor_says(pane, "zsh") is not None, what="zsh to take the Esc")
+    wait_for(lambda: "vicmd" in (editor_says(pane, "zsh") or ""), what="zsh to take the Esc")
     second = isolated / "zsh2.txt"
     doc = send(pane.address, f"echo vicmd > {second}")
     assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
     assert "vicmd" in doc.data["detail"]
-    stays(lambda: not second.exists(), what="nothing run")
+    stays(lambda: not second.exists() and not viins.exists(), what="nothing run")
     assert pane.screen().rstrip().endswith("%")
+
+
+def test_zsh_vi_insert_without_bracketed_paste_and_a_jk_binding_runs_nothing(tmux: Tmux, isolated: Path) -> None:
+    """The stranger's zsh: viins, zle_bracketed_paste unset, `jk` bound to vi-cmd-mode: each pasted byte a key."""
+    home = isolated / "zshjk"
+    pane = start(tmux, home, "zjk", "zsh", "%", f"PS1='%% ' HISTFILE={home}/hist")
+    recalled = isolated / "zrecalled.txt"
+    type_line(pane, "bindkey -v; unset zle_bracketed_paste; bindkey -M viins jk vi-cmd-mode", "%")
+    type_line(pane, f"touch {recalled}", "%")
+    recalled.unlink()
+    doc = send(pane.address, "ajk kkv")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
+    stays(lambda: not recalled.exists() and pane.screen().rstrip().endswith("%"), what="no history recalled")
+
+
+@pytest.mark.parametrize("keys", [["Escape"], ["C-x"], ["C-v"]])
+def test_zsh_in_the_middle_of_a_key_sequence_gets_nothing(tmux: Tmux, isolated: Path, keys: list[str]) -> None:
+    """zsh's emacs keymap after Esc, C-x or C-v waits for the next key: a paste would finish the sequence."""
+    pane = start(tmux, isolated / "zshseq", "zseq", "zsh", "%", "PS1='%% '")
+    before = pane.screen().rstrip()
+    pane.tmux("send-keys", "-t", pane.id, *keys)
+    wait_for(lambda: editor_says(pane, "zsh") is not None, what="zsh to take the key")
+    marker = isolated / "zseq.txt"
+    doc = send(pane.address, f"echo X > {marker}")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
+    assert "key sequence" in doc.data["detail"]
+    stays(lambda: not marker.exists() and pane.screen().rstrip() == before, what="nothing typed")
+
+
+def test_zsh_with_a_draft_gets_nothing(tmux: Tmux, isolated: Path) -> None:
+    pane = start(tmux, isolated / "zshdraft", "zdraft", "zsh", "%", "PS1='%% '")
+    pane.tmux("send-keys", "-t", pane.id, "-l", "~/bin%")
+    wait_for(lambda: "~/bin%" in pane.screen(), what="the draft")
+    marker = isolated / "zdraft.txt"
+    doc = send(pane.address, f"echo X > {marker}")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "draft_in_input"), doc.data
+    stays(lambda: not marker.exists(), what="nothing run")
+
+
+def bash_pane(tmux: Tmux, isolated: Path, name: str) -> Any:
+    home = isolated / name
+    return start(tmux, home, name, "bash", "$", f"PS1='$ ' EDITOR=true VISUAL=true HISTFILE={home}/hist")
+
+
+def test_bash_vi_insert_without_bracketed_paste_and_a_jk_binding_runs_nothing(tmux: Tmux, isolated: Path) -> None:
+    """The stranger's worst: without bracketed paste each byte is a key even in vi insert mode; `jk` switched to
+    command mode, `k` recalled the last command and `v` ran it through $EDITOR -- with no Enter from drover."""
+    pane = bash_pane(tmux, isolated, "bashjk")
+    recalled = isolated / "recalled.txt"
+    type_line(pane, "set -o vi; bind 'set enable-bracketed-paste off'; bind -m vi-insert '\"jk\": vi-movement-mode'", "$")
+    type_line(pane, f"touch {recalled}", "$")
+    recalled.unlink()
+    doc = send(pane.address, "ajk kkv")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
+    assert "bracketed paste off" in doc.data["detail"]
+    stays(lambda: not recalled.exists() and pane.screen().rstrip().endswith("$"), what="no command recalled and run")
+    # With bracketed paste back on, vi insert mode takes the paste as text.
+    type_line(pane, "bind 'set enable-bracketed-paste on'", "$")
+    marker = isolated / "bracketed.txt"
+    doc = send(pane.address, f"echo ajk > {marker}")
+    assert doc.data["outcome"] == "delivered", (doc.data["code"], doc.data["detail"])
+    wait_for(marker.exists, what="the line to run")
+    assert marker.read_text() == "ajk\n" and not recalled.exists()
+
+
+@pytest.mark.parametrize("draft", ["~/bin$", "   "])
+def test_bash_draft_that_looks_like_the_prompt_gets_nothing(tmux: Tmux, isolated: Path, draft: str) -> None:
+    """A person's `~/bin$` (or three spaces) after a `$ ` prompt reads as part of the prompt on screen; readline's
+    line buffer says otherwise."""
+    pane = bash_pane(tmux, isolated, "bashdraft")
+    pane.tmux("send-keys", "-t", pane.id, "-l", draft)
+    wait_for(lambda: editor_says(pane, "bash") is not None, what="bash to take the draft")
+    before = pane.screen().rstrip()
+    assert before.endswith("$")  # on screen the draft passes for (part of) the prompt
+    marker = isolated / "draft.txt"
+    doc = send(pane.address, f"echo X > {marker}")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "draft_in_input"), doc.data
+    stays(lambda: not marker.exists(), what="nothing run")
+    assert pane.screen().rstrip() == before
+
+
+@pytest.mark.parametrize("keys", [["Escape"], ["C-x"], ["C-v"]])
+def test_bash_in_the_middle_of_a_key_sequence_gets_nothing(tmux: Tmux, isolated: Path, keys: list[str]) -> None:
+    """readline keeps its keymap at emacs_standard while it waits for the key after Esc, C-x or C-v: its key
+    sequence length shows the pending key."""
+    pane = bash_pane(tmux, isolated, "bashseq")
+    before = pane.screen().rstrip()
+    pane.tmux("send-keys", "-t", pane.id, *keys)
+    wait_for(lambda: editor_says(pane, "bash") is not None, what="bash to take the key")
+    marker = isolated / "seq.txt"
+    doc = send(pane.address, f"echo X > {marker}")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
+    assert "key sequence" in doc.data["detail"]
+    stays(lambda: not marker.exists() and pane.screen().rstrip() == before, what="nothing typed")
+
+
+def test_bash_read_question_imitating_the_prompt_gets_nothing(tmux: Tmux, isolated: Path) -> None:
+    """`read -p "$ "` looks like the prompt; bash's readline is not reading then (the terminal in canonical mode)."""
+    pane = bash_pane(tmux, isolated, "bashread")
+    got = isolated / "answer.txt"
+    pane.tmux("send-keys", "-t", pane.id, "-l", f'read -p "$ " answer; echo "$answer" > {got}')
+    pane.tmux("send-keys", "-t", pane.id, "Enter")
+    wait_for(lambda: editor_says(pane, "bash") is not None and pane.screen().rstrip().endswith("$"), what="the question")
+    doc = send(pane.address, "echo X")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "not_at_prompt"), doc.data
+    stays(lambda: not got.exists(), what="the question unanswered")
 
 
 def test_fish_at_its_default_prompt_gets_a_line_in_any_bind_mode(tmux: Tmux, isolated: Path) -> None:
@@ -131,9 +243,19 @@ def test_fish_with_a_persons_draft_gets_nothing(tmux: Tmux, isolated: Path) -> N
     assert (doc.data["outcome"], doc.data["code"]) == ("refused", "not_at_prompt"), doc.data
 
 
-def test_tcsh_at_its_default_prompt_gets_a_line_and_its_vi_bindings_refuse(tmux: Tmux, isolated: Path) -> None:
+def vouch_tcsh(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's word that their tcsh never uses vi bindings (drover cannot read tcsh's mode)."""
+    fleet = isolated / "fleet.toml"
+    fleet.write_text("[engines.shell]\ntcsh_emacs = true\n")
+    monkeypatch.setenv("DROVER_FLEET", str(fleet))
+
+
+def test_tcsh_at_its_default_prompt_gets_a_line_and_its_vi_bindings_refuse(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """tcsh's default prompt (`host:~> `, `host:~# ` for root, from Debian's /etc/csh.cshrc) takes a line typed as
-    keys; once its vi bindings are on, Esc would make those keys commands, and drover cannot read its mode: refused."""
+    keys where the user vouched for emacs bindings; once vi bindings show, Esc would make those keys commands."""
+    vouch_tcsh(isolated, monkeypatch)
     home = isolated / "tcshhome"
     end = ">" if os.getuid() else "#"
     pane = start(tmux, home, "tcsh", "tcsh", end)
@@ -152,6 +274,33 @@ def test_tcsh_at_its_default_prompt_gets_a_line_and_its_vi_bindings_refuse(tmux:
     doc = send(fresh.address, f"echo rc > {second}")
     assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
     assert ".tcshrc" in doc.data["detail"]
+    # And from a file the .tcshrc sources.
+    (home / ".tcsh_keys").write_text("bindkey -v\n")
+    (home / ".tcshrc").write_text("source /etc/csh.cshrc\nsource ~/.tcsh_keys\n")
+    third = start(tmux, home, "tcshsrc", "tcsh", end)
+    doc = send(third.address, f"echo src > {second}")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
+    assert ".tcsh_keys" in doc.data["detail"]
+    stays(lambda: not second.exists(), what="nothing run")
+
+
+def test_tcsh_vi_bindings_cleared_off_screen_run_nothing(tmux: Tmux, isolated: Path) -> None:
+    """The stranger's `bindkey -v; clear`, Esc: vi command mode with no trace drover can read.  Unvouched tcsh
+    gets nothing, and the refusal says how to vouch."""
+    home = isolated / "tcshclear"
+    end = ">" if os.getuid() else "#"
+    pane = start(tmux, home, "tcshclr", "tcsh", end)
+    recalled = isolated / "trecalled.txt"
+    type_line(pane, f"touch {recalled}", end)
+    recalled.unlink()
+    pane.tmux("send-keys", "-t", pane.id, "-l", "bindkey -v; clear")
+    pane.tmux("send-keys", "-t", pane.id, "Enter")
+    wait_for(lambda: "bindkey" not in pane.screen() and pane.screen().rstrip().endswith(end), what="the screen cleared")
+    pane.tmux("send-keys", "-t", pane.id, "Escape")
+    doc = send(pane.address, "kkv")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "keys_not_text"), doc.data
+    assert "tcsh_emacs" in doc.data["detail"]
+    stays(lambda: not recalled.exists() and "touch" not in pane.screen(), what="no history recalled")
 
 
 FAKE_KSH = """import sys, termios, tty
@@ -245,7 +394,8 @@ def test_over_ssh_a_users_own_shell_at_its_default_prompt_gets_a_line(shell: str
     tmux = user_pane(user, shell, home)
     try:
         wait_for(lambda: tmux("capture-pane", "-p", "-t", "raw").rstrip().endswith(("$", ">")), what=f"{shell}'s prompt")
-        sshfleet.fleet_file.write_text(sshfleet.fleet_toml(f'[hosts.colleague]\nssh = "h1"\nuser = "{user}"\n'))
+        vouch = "[engines.shell]\ntcsh_emacs = true\n" if shell == "tcsh" else ""
+        sshfleet.fleet_file.write_text(sshfleet.fleet_toml(f'[hosts.colleague]\nssh = "h1"\nuser = "{user}"\n' + vouch))
         doc = drover.run(
             "sessions.message", {"host": "colleague", "id": "raw", "text": f"echo ok > {marker}", "raw": True}, actor="t"
         )

@@ -217,6 +217,7 @@ PROFILE_KEYS = {
     "default_state": str,
     "queues_when_busy": bool,
     "envelope": bool,
+    "tcsh_emacs": bool,
 }
 
 

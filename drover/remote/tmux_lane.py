@@ -150,9 +150,9 @@ def check_shell(session: Session, flags: Dict[str, str], screen: str, text: str,
         detail = "the last line %r is not a bare shell prompt (a read -p question, a continuation, or a person's draft?)"
         return refusal(P.NOT_AT_PROMPT, detail % last[-60:], session)
     pid = int(flags["pane_pid"] or 0)
-    why = line_editor.refusal(command, pid, _tty(pid), screen)
-    if why is not None:
-        return refusal(P.KEYS_NOT_TEXT, "refused before pasting: " + why, session)
+    seen_editor = line_editor.verdict(command, pid, _tty(pid), screen, bool(profile.get("tcsh_emacs")))
+    if seen_editor is not None:
+        return refusal(seen_editor[0], "refused before pasting: " + seen_editor[1], session)
     if "\n" in text.strip("\n"):
         # Whether the shell asked for bracketed paste cannot be read from tmux 3.3, and bash before 5.1 or a
         # `set -o vi` in command mode takes each line (or the text itself) as keys: one line, or nothing.
