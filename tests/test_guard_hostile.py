@@ -17,6 +17,7 @@ import pytest
 
 import drover
 from tests.conftest import Tmux, stays, wait_for
+from tests.test_enter_window import late
 
 ACTOR = "tester"
 
@@ -106,9 +107,14 @@ def test_a_dialog_the_program_draws_a_few_ms_after_the_paste_gets_no_enter(tmux:
         pane = tmux.agent(f"late{i}", f"late-{delay}", "--dialog-after-paste", "--dialog-delay", str(delay))
         doc = send(pane.address, f"try {i}")
         wait_for(lambda: pane.events("dialog_drawn"), what="the dialog")  # noqa: B023
-        stays(lambda: not pane.events("dialog"), 0.2, what="no Enter reaching the dialog")  # noqa: B023
+        # No Enter reaching a dialog already on screen.  One written in the instant between tmux's check and its
+        # write of the key (under half a millisecond, measured in tests/test_enter_window.py) is tmux's own window,
+        # which no look from outside closes: allowed here as there (WINDOW_MS), never one shown for longer.
+        stays(lambda: not late({0: pane.events("dialog")}), 0.2, what="no Enter reaching the dialog")  # noqa: B023
         if doc.data["outcome"] == "delivered":
             assert [m.split("\n")[1] for m in pane.messages()] == [f"try {i}"], doc.data
+        elif pane.events("dialog"):  # tmux's own window (above): never said delivered
+            assert doc.data["outcome"] == "failed" and doc.data.get("indeterminate"), doc.data
         else:
             assert (doc.data["outcome"], doc.data["code"]) == ("refused", "dialog_after_paste"), doc.data
             stays(lambda: not pane.messages(), 0.2, what="nothing submitted")  # noqa: B023
