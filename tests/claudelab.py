@@ -9,9 +9,13 @@ drover's helper finds them through CLAUDE_CONFIG_DIR.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,3 +208,26 @@ class ClaudeLab:
                     return
             time.sleep(0.1)
         raise AssertionError(f"claude {session.name} did not register as idle; screen:\n{session.screen()}")
+
+
+def own_server_lab(binary: Path, prefix: str) -> Iterator[ClaudeLab]:
+    """A lab with a tmux server of its own, for a module's tests to share (a module-scoped fixture yields from it)."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))  # short: the tmux socket lives under it
+    lab = ClaudeLab(root, binary, socket=root / "tmux.sock")
+    try:
+        yield lab
+    finally:
+        lab.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def expose(lab: ClaudeLab) -> Iterator[None]:
+    """The lab's sessions, visible to one test's drover (its CLAUDE_CONFIG_DIR, and its tmux server linked into the
+    test's TMUX_TMPDIR); the link goes before the test's tmux servers are killed.  The caller sets the variable
+    with its monkeypatch; this yields around the link."""
+    sockdir = Path(os.environ["TMUX_TMPDIR"]) / f"tmux-{os.getuid()}"
+    sockdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    link = sockdir / "claudelab"
+    link.symlink_to(lab.socket or "")
+    yield
+    link.unlink()

@@ -11,10 +11,8 @@ ambiguous (N1); a held message's cause is told from Claude's own screen and comm
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +21,7 @@ from typing import Any
 import pytest
 
 import drover
-from tests.claudelab import ClaudeLab, ClaudeSession
+from tests.claudelab import ClaudeLab, ClaudeSession, expose, own_server_lab
 from tests.conftest import stays, wait_for
 
 ACTOR = "tester"
@@ -32,24 +30,13 @@ DIALOG = "Deliver this message to Claude"
 
 @pytest.fixture(scope="module")
 def lab(claude_binary: Path) -> Iterator[ClaudeLab]:
-    root = Path(tempfile.mkdtemp(prefix="dnd-"))  # short: the tmux socket lives under it
-    lab = ClaudeLab(root, claude_binary, socket=root / "tmux.sock")
-    try:
-        yield lab
-    finally:
-        lab.close()
-        shutil.rmtree(root, ignore_errors=True)
+    yield from own_server_lab(claude_binary, "dnd-")
 
 
 @pytest.fixture(autouse=True)
 def seen(lab: ClaudeLab, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(lab.config))
-    sockdir = Path(os.environ["TMUX_TMPDIR"]) / f"tmux-{os.getuid()}"
-    sockdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    link = sockdir / "claudelab"
-    link.symlink_to(lab.socket or "")
-    yield
-    link.unlink()
+    yield from expose(lab)
 
 
 def send(target: str, text: str, **extra: Any) -> Any:

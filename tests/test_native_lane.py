@@ -26,7 +26,7 @@ import pytest
 
 import drover
 from drover.daemon import client, paths
-from tests.claudelab import HERE, ClaudeLab, ClaudeSession
+from tests.claudelab import HERE, ClaudeLab, ClaudeSession, expose, own_server_lab
 from tests.conftest import drover_process, stays, wait_for
 
 ACTOR = "tester"
@@ -36,25 +36,13 @@ DIALOG = "Deliver this message to Claude"
 
 @pytest.fixture(scope="module")
 def lab(claude_binary: Path) -> Iterator[ClaudeLab]:
-    root = Path(tempfile.mkdtemp(prefix="dnl-"))  # short: the tmux socket lives under it
-    lab = ClaudeLab(root, claude_binary, socket=root / "tmux.sock")
-    try:
-        yield lab
-    finally:
-        lab.close()
-        shutil.rmtree(root, ignore_errors=True)
+    yield from own_server_lab(claude_binary, "dnl-")
 
 
 @pytest.fixture(autouse=True)
 def seen(lab: ClaudeLab, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The lab's sessions, visible to this test's drover; the link goes before the test's tmux servers are killed."""
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(lab.config))
-    sockdir = Path(os.environ["TMUX_TMPDIR"]) / f"tmux-{os.getuid()}"
-    sockdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    link = sockdir / "claudelab"
-    link.symlink_to(lab.socket or "")
-    yield
-    link.unlink()
+    yield from expose(lab)
 
 
 @pytest.fixture(scope="module")
