@@ -252,3 +252,28 @@ def test_a_usage_error_points_at_the_help_of_the_command_that_was_mistyped(cli: 
     ):
         res = cli(*args)
         assert res.code == 2 and f"(see `{where}`)" in res.err, (args, res.err)
+
+
+def test_every_command_shows_an_example_in_its_help(cli: Any) -> None:
+    """Like gh and ssh users expect: each command's --help ends with how it is used, and each example names it."""
+    import typer.main
+
+    from drover.cli.app import app
+
+    def walk(group: Any, path: list[str]) -> Any:
+        for name, command in sorted(getattr(group, "commands", {}).items()):
+            if getattr(command, "hidden", False):
+                continue
+            if hasattr(command, "commands"):
+                yield from walk(command, [*path, name])
+            else:
+                yield [*path, name]
+
+    paths = [*walk(typer.main.get_command(app), []), ["log"]]  # `log` answers itself too (and has `log show`)
+    assert len(paths) > 20
+    for path in paths:
+        res = cli(*path, "--help")
+        assert res.code == 0, path
+        examples = res.out.split("Examples:", 1)
+        assert len(examples) == 2, f"drover {' '.join(path)} --help shows no example"
+        assert f"drover {' '.join(path)}" in examples[1], path

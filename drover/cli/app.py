@@ -56,7 +56,18 @@ app = typer.Typer(
 )
 fleet_app = typer.Typer(help="Show and edit the fleet inventory (fleet.toml).", no_args_is_help=True)
 guard_app = typer.Typer(help="Check the tmux guard's engine profiles against saved screens.", no_args_is_help=True)
-log_app = typer.Typer(help="Query the truth file: every message and what became of it.", invoke_without_command=True)
+
+
+def examples(*lines: str) -> str:
+    """A command's epilog of usage examples, shown line by line as written (click's \\b stops the rewrap)."""
+    return "Examples:\n\n\b\n" + "\n".join("  " + line for line in lines)
+
+
+log_app = typer.Typer(
+    help="Query the truth file: every message and what became of it.",
+    invoke_without_command=True,
+    epilog=examples("drover log -n 20", "drover log --pending --host 'h[1-3]' --json", "drover log show msg_3f2a9c1e"),
+)
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(guard_app, name="guard")
 app.add_typer(log_app, name="log")

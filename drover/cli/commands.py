@@ -21,6 +21,7 @@ from drover.cli.app import (
     TimeoutOpt,
     app,
     common,
+    examples,
     finish,
     guard_app,
     log_app,
@@ -36,7 +37,7 @@ TargetArg = Annotated[
 ]
 
 
-@app.command("ls")
+@app.command("ls", epilog=examples("drover ls", "drover ls --host 'h[1-3],!h2' --engine claude --json"))
 def ls(
     host: HostsOpt = None,
     tag: TagsOpt = None,
@@ -55,7 +56,7 @@ def ls(
     finish(doc, as_json, render.sessions_table)
 
 
-@app.command("status")
+@app.command("status", epilog=examples("drover status box-a:webapp-f8", "drover status local:%3 --tail 20 --json"))
 def status(
     target: TargetArg,
     tail: Annotated[int, typer.Option("--tail", help="screen lines to show")] = 8,
@@ -72,7 +73,12 @@ def status(
     finish(doc, as_json, render.status)
 
 
-@app.command("send")
+@app.command(
+    "send",
+    epilog=examples(
+        "drover send box-a:webapp-f8 'rebase on master, the schema landed'", "git log -1 | drover send local:api - --actor ci"
+    ),
+)
 def send(
     target: TargetArg,
     text: Annotated[str, typer.Argument(help="the message, or - to read it from stdin (after --, a text may start with -)")],
@@ -112,7 +118,7 @@ def send(
     finish(doc, as_json, render.outcome)
 
 
-@app.command("wait")
+@app.command("wait", epilog=examples("drover wait box-a:webapp-f8 --until idle --timeout 600"))
 def wait(
     target: TargetArg,
     until: Annotated[str, typer.Option("--until", help="idle or exited")] = "idle",
@@ -129,7 +135,7 @@ def wait(
     finish(doc, as_json, render.waited)
 
 
-@app.command("verify")
+@app.command("verify", epilog=examples("drover verify msg_3f2a9c1e", "drover verify --json"))
 def verify(
     ids: Annotated[list[str] | None, typer.Argument(help="message ids (default: recent delivered or queued, unverified)")] = None,
     as_json: JsonOpt = False,
@@ -147,7 +153,7 @@ def verify(
     finish(doc, as_json, render.verified_table)
 
 
-@app.command("retry")
+@app.command("retry", epilog=examples("drover log --pending", "drover retry msg_3f2a9c1e"))
 def retry(
     msg_id: Annotated[str, typer.Argument(help="the message id (msg_...) or a unique prefix")],
     as_json: JsonOpt = False,
@@ -163,7 +169,10 @@ def retry(
     finish(doc, as_json, render.outcome)
 
 
-@app.command("read")
+@app.command(
+    "read",
+    epilog=examples("drover read box-a:webapp-f8 --last 20 --role assistant", "drover read local:api --grep migration --json"),
+)
 def read(
     target: Annotated[
         str,
@@ -190,7 +199,10 @@ def read(
     finish(doc, as_json, render.transcript)
 
 
-@app.command("op")
+@app.command(
+    "op",
+    epilog='Examples:\n\n\b\n  drover op --list\n  drover op sessions.message \'{"host":"box-a","id":"webapp-f8","text":"hi"}\'',
+)
 def op_cmd(
     verb: Annotated[
         str | None, typer.Argument(help="the op, e.g. sessions.message", show_default=False, autocompletion=complete_op)
@@ -262,7 +274,7 @@ def log(
     finish(doc, as_json, render.messages_table)
 
 
-@log_app.command("show")
+@log_app.command("show", epilog=examples("drover log show msg_3f2a9c1e"))
 def log_show(
     msg_id: Annotated[str, typer.Argument(help="message id (msg_...) or a unique prefix")],
     as_json: JsonOpt = False,
@@ -276,7 +288,7 @@ def log_show(
     finish(doc, as_json, render.message)
 
 
-@guard_app.command("check")
+@guard_app.command("check", epilog=examples("drover guard check --engine claude --file screen.txt"))
 def guard_check(
     engine: Annotated[str, typer.Option("--engine", "-e", help="claude, codex, gemini, demo, shell, or one of fleet.toml")],
     file: Annotated[str, typer.Option("--file", "-f", help="a saved screen (tmux capture-pane -p > screen.txt), or -")],

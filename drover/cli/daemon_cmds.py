@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from drover.cli import render
-from drover.cli.app import app
+from drover.cli.app import app, examples
 from drover.errors import ExitCode
 
 daemon_app = typer.Typer(
@@ -69,7 +69,7 @@ def _show(info: dict[str, Any]) -> None:
         )
 
 
-@daemon_app.command("status")
+@daemon_app.command("status", epilog=examples("drover daemon status --json"))
 def status(as_json: Annotated[bool, typer.Option("--json", help="print the daemon's status as JSON")] = False) -> None:
     """Is a daemon running for this environment? Its pid, uptime, hosts connected, requests served, socket.
     Exit 0 when one answers, 5 when none does."""
@@ -88,7 +88,7 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="print the daemo
     raise typer.Exit(ExitCode.OK if info is not None else ExitCode.FAILED)
 
 
-@daemon_app.command("stop")
+@daemon_app.command("stop", epilog=examples("drover daemon stop"))
 def stop() -> None:
     """Stop this environment's daemon (requests it is running finish first)."""
     from drover.daemon import client
@@ -109,7 +109,7 @@ def stop() -> None:
     raise typer.Exit(ExitCode.OK)
 
 
-@daemon_app.command("start")
+@daemon_app.command("start", epilog=examples("drover daemon start --idle 1800"))
 def start(
     foreground: Annotated[bool, typer.Option("--foreground", help="run it here, logging to stderr (for debugging)")] = False,
     idle: Annotated[float | None, typer.Option("--idle", help="seconds idle before it exits (default: the fleet's)")] = None,

@@ -26,7 +26,7 @@ from rich.rule import Rule
 from rich.text import Text
 
 from drover.cli import render
-from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, app, common, state
+from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, app, common, examples, state
 from drover.errors import DroverError, ExitCode, UsageError
 
 
@@ -55,7 +55,7 @@ def _agent_events(log: str) -> list[dict[str, Any]]:
         return []
 
 
-@app.command("demo")
+@app.command("demo", epilog=examples("drover demo"))
 def demo(
     keep: Annotated[bool, typer.Option("--keep", help="leave the demo's tmux server and truth file afterwards")] = False,
     fleet: FleetOpt = None,

@@ -7,17 +7,32 @@ from typing import Annotated, Any
 import typer
 
 from drover.cli import render
-from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, HostsOpt, JsonOpt, TagsOpt, TimeoutOpt, common, finish, fleet_app, run
+from drover.cli.app import (
+    ActorOpt,
+    DebugOpt,
+    FleetOpt,
+    HostsOpt,
+    JsonOpt,
+    TagsOpt,
+    TimeoutOpt,
+    common,
+    examples,
+    finish,
+    fleet_app,
+    run,
+)
 
 
-@fleet_app.command("show")
+@fleet_app.command("show", epilog=examples("drover fleet show --json"))
 def show(as_json: JsonOpt = False, fleet: FleetOpt = None, actor: ActorOpt = None, debug: DebugOpt = False) -> None:
     """Validate the fleet file and show its hosts (with none, the built-in fleet: just `local`)."""
     common(fleet, actor, debug)
     finish(run("fleet.show", {}), as_json, render.fleet_show)
 
 
-@fleet_app.command("init")
+@fleet_app.command(
+    "init", epilog=examples("drover fleet init && $EDITOR ~/.config/drover/fleet.toml", "drover fleet init --print | less")
+)
 def init(
     force: Annotated[bool, typer.Option("--force", help="replace an existing fleet file")] = False,
     print_only: Annotated[bool, typer.Option("--print", help="print the commented example instead of writing it")] = False,
@@ -26,10 +41,7 @@ def init(
     actor: ActorOpt = None,
     debug: DebugOpt = False,
 ) -> None:
-    """Write a fleet file that documents every key, all commented out (a valid fleet: just `local`).
-
-    Example: drover fleet init && $EDITOR ~/.config/drover/fleet.toml
-    """
+    """Write a fleet file that documents every key, all commented out (a valid fleet: just `local`)."""
     common(fleet, actor, debug)
 
     def said(data: dict[str, Any]) -> None:
@@ -41,7 +53,7 @@ def init(
     finish(run("fleet.init", {"force": force, "print_only": print_only}), as_json, said)
 
 
-@fleet_app.command("add")
+@fleet_app.command("add", epilog=examples("drover fleet add box-a --ssh box-a.example.com --user dev --tag gpu"))
 def add(
     name: Annotated[str, typer.Argument(help="the host's name in drover (letters, digits, . _ -)")],
     ssh: Annotated[str | None, typer.Option("--ssh", help="ssh target: hostname or ~/.ssh/config alias (default: NAME)")] = None,
@@ -87,7 +99,7 @@ def add(
     finish(run("fleet.add", payload), as_json, show_added)
 
 
-@fleet_app.command("remove")
+@fleet_app.command("remove", epilog=examples("drover fleet remove box-a"))
 def remove(
     name: Annotated[str, typer.Argument(help="the host to remove")],
     as_json: JsonOpt = False,
@@ -104,7 +116,7 @@ def remove(
     finish(run("fleet.remove", {"name": name}), as_json, show_removed)
 
 
-@fleet_app.command("check")
+@fleet_app.command("check", epilog=examples("drover fleet check", "drover fleet check --host 'node[01-40]' --timeout 5"))
 def check(
     host: HostsOpt = None,
     tag: TagsOpt = None,

@@ -20,6 +20,7 @@ from drover.cli.app import (
     TimeoutOpt,
     app,
     common,
+    examples,
     finish,
     read_text,
     run,
@@ -27,7 +28,12 @@ from drover.cli.app import (
 
 
 # -- broadcast ---------------------------------------------------------------------------------------------------
-@app.command("broadcast")
+@app.command(
+    "broadcast",
+    epilog=examples(
+        "drover broadcast --tag gpu 'freeze merges until 5pm'", "drover broadcast --all --engine claude 'stand-up in 5'"
+    ),
+)
 def broadcast(
     text: Annotated[str, typer.Argument(help="the message, or - to read it from stdin (after --, a text may start with -)")],
     host: HostsOpt = None,
@@ -118,7 +124,7 @@ def _warn(data: dict[str, Any]) -> None:
 
 
 # -- board -------------------------------------------------------------------------------------------------------
-@app.command("board")
+@app.command("board", epilog=examples("drover board", "drover board --tag gpu --json"))
 def board(
     host: HostsOpt = None,
     tag: TagsOpt = None,
@@ -174,7 +180,7 @@ def board_tables(data: dict[str, Any]) -> None:
 
 
 # -- wait-file ---------------------------------------------------------------------------------------------------
-@app.command("wait-file")
+@app.command("wait-file", epilog=examples("drover wait-file box-a /srv/work/status.json --changed --timeout 3600"))
 def wait_file(
     host_name: Annotated[str, typer.Argument(metavar="HOST", help="the host the file is on (local for this machine)")],
     path: Annotated[str, typer.Argument(help="the file: absolute, ~/..., or relative to the home directory there")],

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from drover.cli import render
-from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, app, common, finish, run
+from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, app, common, examples, finish, run
 from drover.cli.app import target as parse_target
 from drover.cli.commands import TargetArg
 from drover.errors import UsageError
@@ -53,7 +53,9 @@ def _chain(data: dict[str, Any]) -> None:
         render.err.print(f"a message to {data['host']}:{data['id']} would fail: no generation is live", style="yellow")
 
 
-@app.command("handoff")
+@app.command(
+    "handoff", epilog=examples("drover handoff box-a:webapp-f8 box-a:webapp-f9", "drover handoff --show box-a:webapp-f8")
+)
 def handoff(
     old: TargetArg,
     new: Annotated[

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from drover.cli import render
-from drover.cli.app import VIA_HELP, ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, app, common, read_text, run
+from drover.cli.app import VIA_HELP, ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, app, common, examples, read_text, run
 from drover.cli.app import target as parse_target
 from drover.errors import UsageError
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 RUN = "run"
 
 
-@app.command("nudge")
+@app.command("nudge", epilog=examples("drover nudge box-a:webapp-f8 'carry on with the next item'", "drover nudge run --dry-run"))
 def nudge(
     target: Annotated[
         str, typer.Argument(help="HOST:ID of the session to nudge; or `run`: send the fleet's [[nudge]] entries that are due")

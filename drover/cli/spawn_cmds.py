@@ -7,11 +7,14 @@ from typing import Annotated, Any
 import typer
 
 from drover.cli import render
-from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, app, common, finish, read_text, run
+from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, app, common, examples, finish, read_text, run
 from drover.cli.completion import complete_hosts
 
 
-@app.command("spawn")
+@app.command(
+    "spawn",
+    epilog=examples("drover spawn box-a --engine claude --cwd ~/src/webapp --name webapp-f9 --brief 'fix the flaky test'"),
+)
 def spawn(
     host: Annotated[str, typer.Argument(help="the host to start it on", show_default=False, autocompletion=complete_hosts)],
     engine: Annotated[str, typer.Option("--engine", "-e", help="claude, codex, or one with [spawn.ENGINE] in the fleet")],
@@ -61,7 +64,7 @@ def show_spawn(data: dict[str, Any]) -> None:
     render.out.print(f"spawn {data['spawn_id']}", style="dim", markup=False)
 
 
-@app.command("spawns")
+@app.command("spawns", epilog=examples("drover spawns --host box-a --json"))
 def spawns(
     host: Annotated[
         str | None,
