@@ -4,7 +4,7 @@ import re
 import unicodedata
 from typing import Dict, List
 
-from . import confusables
+from . import confusables, confusables_multi
 from .protocol import BAD_REQUEST, HelperError
 
 TAG = "cross-session-message"
@@ -58,7 +58,7 @@ def _reading_table() -> Dict[int, str]:
     for letter, chars in confusables.READS.items():
         for ch in chars:
             table[ord(ch)] = "I" if letter == "l" else letter.upper()
-    for ch, read in confusables.MULTI.items():
+    for ch, read in confusables_multi.MULTI.items():
         table[ord(ch)] = "".join("I" if c == "l" else c.upper() if "a" <= c <= "z" else " " for c in read)
     for ch in OPENERS:
         table[ord(ch)] = "<"
@@ -76,7 +76,7 @@ def _reading_table() -> Dict[int, str]:
 
 
 _READING = _reading_table()
-_MULTI = frozenset(confusables.MULTI)
+_MULTI = frozenset(confusables_multi.MULTI)
 _BETWEEN = "[^a-zA-Z]*"  # between a tag's letters: anything that is not a letter (a hyphen, a space, an invisible)
 _SPELLED = "|".join(_BETWEEN.join("[%s%s]" % (c, "I" if c == "i" else c.upper()) for c in tag.replace("-", "")) for tag in TAGS)
 # A `<` not already followed by a backslash, then filler (no ASCII letter or digit, `_`, `-` or other `<`), then a
