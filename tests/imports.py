@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 STDLIB = set(sys.stdlib_module_names)
-FRONT = {"drover", "drover.fast"}
+FRONT = {"drover", "drover.front"}
 
 
 def importtime_modules(stderr: str) -> set[str]:

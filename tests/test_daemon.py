@@ -27,7 +27,7 @@ from tests.imports import foreign, importtime_modules
 from tests.sshfleet import SSHD, SSHFleet
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's interpreter may live where another user cannot run it
-FRONT = {"drover", "drover.fast", "drover.daemon", "drover.daemon.client", "drover.daemon.paths", "drover.daemon.protocol"}
+FRONT = {"drover", "drover.front", "drover.daemon", "drover.daemon.client", "drover.daemon.paths", "drover.daemon.wire"}
 
 
 @pytest.fixture
@@ -518,8 +518,7 @@ def test_one_connection_and_long_lived_helpers_then_a_restarted_host_is_reconnec
 
 def test_the_daemon_refuses_what_the_front_would_not_send_it(persistent: Path, isolated: Path) -> None:
     """It never widens what a request may do: only the hot commands, only from its own environment and version."""
-    from drover.daemon import client
-    from drover.daemon import protocol as wire
+    from drover.daemon import client, wire
 
     assert drover_process("daemon", "start").code == 0
     env = paths.environment()
@@ -568,8 +567,7 @@ def test_the_environment_a_daemon_stands_for_includes_tz_the_locale_every_drover
 
 
 def test_the_daemon_refuses_another_tz_or_umask(persistent: Path, isolated: Path) -> None:
-    from drover.daemon import client
-    from drover.daemon import protocol as wire
+    from drover.daemon import client, wire
 
     assert drover_process("daemon", "start").code == 0
     env = paths.environment()
@@ -651,8 +649,7 @@ def test_stdin_too_big_for_the_protocol_or_closed_runs_directly(
 ) -> None:
     import io
 
-    from drover.daemon import client
-    from drover.daemon import protocol as wire
+    from drover.daemon import client, wire
 
     pane = tmux.agent("big")
     assert drover_process("daemon", "start").code == 0

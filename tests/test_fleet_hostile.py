@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from drover import fleet as fleet_mod
-from drover import fleet_file
+from drover import fleet_editor
 from drover.errors import ConfigError, FleetInvalid
 from tests.conftest import ROOT, CliResult, wait_for
 
@@ -115,7 +115,7 @@ def test_the_library_refuses_a_fifo_too(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a regular file"):
         fleet_mod.load(fifo)
     with pytest.raises(ConfigError, match="not a regular file"):
-        fleet_file.edit(fifo, lambda text, p: text)
+        fleet_editor.edit(fifo, lambda text, p: text)
 
 
 # -- 2. values that can never work ------------------------------------------------------------------------------

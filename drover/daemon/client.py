@@ -16,9 +16,8 @@ import os
 import sys
 import time
 
-from drover.daemon import paths
-from drover.daemon import protocol as wire
-from drover.fast import columns
+from drover.daemon import paths, wire
+from drover.front import columns
 
 # The commands the daemon runs; everything else (fleet edits, the demo, guard) runs directly.
 HOT = frozenset(["send", "ls", "status", "wait", "op", "read", "log"])

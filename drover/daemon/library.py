@@ -17,8 +17,7 @@ import struct
 import time
 from typing import Any
 
-from drover.daemon import client, paths
-from drover.daemon import protocol as wire
+from drover.daemon import client, paths, wire
 from drover.errors import ExitCode
 from drover.remote import protocol as P
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from drover.daemon.run import Request
+from drover.daemon.request import Request
 
 HELPERS_PER_HOST = 8  # below OpenSSH's MaxSessions (10 channels per connection)
 

@@ -5,7 +5,7 @@ uid on every connection.  Each request is a `drover` command line: it runs in a 
 CLI a direct run uses (drover.cli.main.main), with the caller's argv, working directory, actor, stdin (fetched
 only if the command reads it), terminal (isatty, width, TERM) -- and the caller's environment, which must equal the
 daemon's own on every key the work reads (else the request is refused and the client runs it itself).  So it never
-does more than the command would have done directly (drover/daemon/run.py); what it adds is a pool, shared by
+does more than the command would have done directly (drover/daemon/request.py); what it adds is a pool, shared by
 all requests: one SSH connection per host and up to HELPERS_PER_HOST helper processes kept running on it, the bundle
 shipped once (drover/daemon/pool.py).
 
@@ -30,10 +30,9 @@ from collections.abc import Callable
 from typing import Any
 
 import drover
-from drover.daemon import paths
-from drover.daemon import protocol as wire
+from drover.daemon import paths, wire
 from drover.daemon.pool import Pool, context_class, max_links, raise_descriptor_limit
-from drover.daemon.run import ConsoleSwitch, Request, Switch, own_cwd, run_request
+from drover.daemon.request import ConsoleSwitch, Request, Switch, own_cwd, run_request
 
 DEFAULT_IDLE_S = 600.0
 HEARTBEAT_S = 1.0  # while a command runs, the client hears from the daemon at least this often (client.SILENCE_TIMEOUT_S)

@@ -3,9 +3,9 @@
 from drover.ops import (  # noqa: F401 - registration side effect
     board,
     broadcast,
-    files,
+    file_wait,
+    fleet_check,
     fleet_edit,
-    fleet_ops,
     guard,
     handoff,
     messages,

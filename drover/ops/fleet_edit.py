@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import Field
 
 from drover import fleet as fleet_mod
-from drover import fleet_file
+from drover import fleet_editor
 from drover.ops.core import Context, Request, Result, op
 
 
@@ -63,8 +63,8 @@ async def fleet_show(ctx: Context, req: ShowRequest) -> Result:
 @op("fleet.init", InitRequest, "write a commented fleet.toml documenting every key", "drover fleet init")
 async def fleet_init(ctx: Context, req: InitRequest) -> Result:
     if req.print_only:
-        return Result({"path": None, "text": fleet_file.commented_example()})
-    fleet, path, created = fleet_file.edit(ctx.fleet_path, lambda text, p: fleet_file.init(text, p, req.force))
+        return Result({"path": None, "text": fleet_editor.commented_example()})
+    fleet, path, created = fleet_editor.edit(ctx.fleet_path, lambda text, p: fleet_editor.init(text, p, req.force))
     ctx.forget_fleet()
     return Result({"path": str(path), "created": created, "hosts": fleet.host_names()})
 
@@ -77,8 +77,8 @@ async def fleet_add(ctx: Context, req: AddRequest) -> Result:
         if key not in ("name", "ssh", "replace") and value not in (None, []):
             entry[key] = value
     # `created` is decided under the fleet's lock: of two concurrent adds to a missing file, one created it.
-    fleet, path, created = fleet_file.edit(
-        ctx.fleet_path, lambda text, p: fleet_file.add_host(text, p, req.name, entry, req.replace)
+    fleet, path, created = fleet_editor.edit(
+        ctx.fleet_path, lambda text, p: fleet_editor.add_host(text, p, req.name, entry, req.replace)
     )
     ctx.forget_fleet()
     return Result({"path": str(path), "created": created, "host": req.name, "entry": entry, "hosts": fleet.host_names()})
@@ -87,8 +87,8 @@ async def fleet_add(ctx: Context, req: AddRequest) -> Result:
 @op("fleet.remove", RemoveRequest, "remove a host from fleet.toml, keeping its comments", "drover fleet remove")
 async def fleet_remove(ctx: Context, req: RemoveRequest) -> Result:
     # A missing file has no host to remove: that is said (exit 6) without creating its directory or lock file.
-    fleet, path, _created = fleet_file.edit(
-        ctx.fleet_path, lambda text, p: fleet_file.remove_host(text, p, req.name), create=False
+    fleet, path, _created = fleet_editor.edit(
+        ctx.fleet_path, lambda text, p: fleet_editor.remove_host(text, p, req.name), create=False
     )
     ctx.forget_fleet()
     return Result({"path": str(path), "host": req.name, "hosts": fleet.host_names()})

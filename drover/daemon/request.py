@@ -15,7 +15,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-from drover.daemon import protocol as wire
+from drover.daemon import wire
 
 if TYPE_CHECKING:
     from drover.daemon.server import Daemon
