@@ -1,6 +1,6 @@
 """drover as a library for scripts (drover/api.py): drover.run / drover.arun / Client / AsyncClient answer the
 document `drover op` prints, keep their SSH connections between calls (counted by sshd itself), and work inside
-a running event loop; the README's coordinator runs as written."""
+a running event loop; the coordinator in docs/library.md runs as written."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ KEYS = {"drover", "op", "ok", "data", "errors"}
 
 
 def readme_coordinator() -> str:
-    """The README's coordinator script, as printed there."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The coordinator script of docs/library.md, as printed there."""
+    text = (ROOT / "docs" / "library.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     found = [b for b in blocks if b.startswith('"""coordinate.py')]
-    assert len(found) == 1, "the README shows one coordinate.py"
+    assert len(found) == 1, "docs/library.md shows one coordinate.py"
     return found[0]
 
 
