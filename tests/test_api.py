@@ -21,7 +21,7 @@ import pytest
 import drover
 from drover import api
 from tests.conftest import ROOT, Tmux, drover_process, remote_agent, stays, wait_for
-from tests.sshfleet import SSHFleet
+from tests.support.sshfleet import SSHFleet
 from tests.test_daemon import fleet_helpers, persistent, running, status  # noqa: F401 - persistent is a fixture
 
 KEYS = {"drover", "op", "ok", "data", "errors"}

@@ -197,7 +197,7 @@ def test_read_filters_on_the_host(claude_lab: Any, cli: Any) -> None:
 
 
 def test_inbox_over_ssh(claude_binary: Path, sshfleet: Any, cli: Any, monkeypatch: Any, request: Any) -> None:
-    from tests.claudelab import ClaudeLab
+    from tests.support.claudelab import ClaudeLab
 
     # A Claude session on host h2: that host's HOME and tmux server, reached through the real sshd.
     monkeypatch.setenv("TMUX_TMPDIR", sshfleet.host_env("h2")["TMUX_TMPDIR"])
