@@ -53,14 +53,17 @@ def shown_lines(text: str) -> Iterator[str]:
         yield " ".join(span.split())
 
 
-def invocations(line: str, commands: set[str]) -> Iterator[list[str]]:
+def invocations(line: str, commands: set[str], groups: frozenset[str] = frozenset()) -> Iterator[list[str]]:
     """The argument lists of each `drover` a shell line runs (after env assignments or a crontab's time fields).
-    An inline span that starts with a drover command and an option (`send --expect-engine`) counts as one too."""
+    An inline span that starts with a drover command and an option (`send --expect-engine`), or with a command
+    group and a word (`fleet check`), counts as one too."""
     try:
         words = shlex.split(line, comments=True)
     except ValueError:  # an unbalanced quote in a fragment of prose
         words = line.split()
     if len(words) > 1 and words[0] in commands and words[1].startswith("--"):
+        words = ["drover", *words]
+    elif len(words) > 1 and words[0] in groups and re.fullmatch(r"[a-z][a-z-]*", words[1]):
         words = ["drover", *words]
     segment: list[str] = []
     for word in [*words, ";"]:
@@ -129,10 +132,11 @@ def command_problems(texts: dict[Path, str]) -> list[str]:
 
     root = cli_tree()
     commands = set(root.commands)
+    groups = frozenset(word for word, command in root.commands.items() if getattr(command, "commands", None))
     found = []
     for path, text in texts.items():
         for line in shown_lines(text):
-            for argv in invocations(line, commands):
+            for argv in invocations(line, commands, groups):
                 found += [f"{name(path)}: {line!r}: {problem}" for problem in problems_of(argv, root, set(REGISTRY))]
     return found
 
@@ -150,6 +154,7 @@ def test_the_command_check_sees_what_is_wrong() -> None:
         "DROVER_DAEMON=0 drover ls --held-since 1d": "no option --held-since",
         "echo hi | drover op sessions.mesage -": "no such op",
         "send --no-such-flag": "no option --no-such-flag",
+        "fleet trust": "no command 'trust'",
         "* * * * * /usr/bin/drover nudge run --dyr-run >>log 2>&1": "no option --dyr-run",
     }
     good = [
