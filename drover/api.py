@@ -255,8 +255,11 @@ class Client:
             self._finalizer.detach()
         if loop is None or thread is None:
             return
+        work = self._core.close()
         try:
-            asyncio.run_coroutine_threadsafe(self._core.close(), loop).result(timeout=10)
+            asyncio.run_coroutine_threadsafe(work, loop).result(timeout=10)
+        except RuntimeError:
+            work.close()  # its loop is closed already (the process is exiting): never left un-awaited
         except Exception:  # noqa: BLE001 - closing is best effort; the process may be exiting
             pass
         loop.call_soon_threadsafe(loop.stop)

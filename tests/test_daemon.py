@@ -444,7 +444,15 @@ def test_a_local_wait_whose_client_was_killed_leaves_no_thread_in_the_daemon(per
 def fleet_helpers(fleet: SSHFleet, host: str) -> list[int]:
     """The helpers running on one host of *this* fleet (other fleets on the machine name their hosts h1 too)."""
     home = f"HOME={fleet.host_home(host)}".encode()
-    return [pid for pid in helper_pids(host) if home in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")]
+    found = []
+    for pid in helper_pids(host):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:  # a helper that exited since it was listed is not running
+            continue
+        if home in environ.split(b"\0"):
+            found.append(pid)
+    return found
 
 
 def _restart_sshd(fleet: SSHFleet) -> None:
