@@ -333,7 +333,7 @@ def test_read_gives_a_demo_agents_briefs_and_replies(tmux: Tmux) -> None:
 def test_the_environment_read_for_the_daemon_leaves_the_umask_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """drover.run asks for the daemon's environment on its own thread: finding the umask must never set it, even
     for an instant, or a file the script's other threads create then would get the wrong mode."""
-    from drover.daemon import paths
+    from drover import paths
 
     calls: list[int] = []
     real = os.umask

@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 
 import drover
-from drover.daemon import paths
+from drover import paths
 from tests.conftest import CliResult, Tmux, drover_process, helper_pids, remote_agent, stays, wait_for
 from tests.support.imports import foreign, importtime_modules
 from tests.support.sshfleet import SSHD, SSHFleet
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's interpreter may live where another user cannot run it
-FRONT = {"drover", "drover.front", "drover.daemon", "drover.daemon.client", "drover.daemon.paths", "drover.daemon.wire"}
+FRONT = {"drover", "drover.front", "drover.daemon", "drover.daemon.client", "drover.paths", "drover.daemon.wire"}
 
 
 @pytest.fixture
