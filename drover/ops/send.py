@@ -21,7 +21,7 @@ from drover import limits
 from drover.errors import OUTCOME_EXIT, DroverError, EmptyText, ExitCode, TargetError, TruthFileError
 from drover.fleet import LOCAL
 from drover.ops.core import Context, Request, Result, op
-from drover.ops.sessions import call_host
+from drover.ops.hosts import call_host
 from drover.remote import protocol as P
 from drover.remote.faults import fault
 from drover.targets import check_engine

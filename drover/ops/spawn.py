@@ -22,8 +22,8 @@ from drover import limits
 from drover.errors import DroverError, EmptyText, ExitCode, InvalidRequest, Refused
 from drover.fleet import BUILTIN_SPAWN_ENGINES, CONTROL_CHARS, LOCAL, SpawnEngine
 from drover.ops.core import Context, Request, Result, op
+from drover.ops.hosts import call_host
 from drover.ops.send import MessageRequest, _exit_for, sessions_message
-from drover.ops.sessions import call_host
 from drover.record import ReadStats, now_iso
 from drover.remote import protocol as P
 
