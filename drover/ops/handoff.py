@@ -227,8 +227,8 @@ async def address(ctx: Context, host: str, ref: str) -> Addressed:
 @op("sessions.handoff", HandoffRequest, "record that a session handed its work to a successor", "drover handoff")
 async def sessions_handoff(ctx: Context, req: HandoffRequest) -> Result:
     to_host = req.to_host or req.host
-    ctx.fleet.host(req.host)  # unknown hosts are usage errors before anything is asked
-    ctx.fleet.host(to_host)
+    ctx.route(req.host)  # unknown hosts are usage errors before anything is asked
+    ctx.route(to_host)
     new = await call_host(ctx, to_host, "resolve", {"target": req.to})  # the successor must be live: raises if not
     try:
         old: dict[str, Any] | None = await call_host(ctx, req.host, "resolve", {"target": req.id})

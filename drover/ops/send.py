@@ -24,6 +24,7 @@ from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host
 from drover.remote import protocol as P
 from drover.remote.faults import fault
+from drover.route import Route
 from drover.targets import check_engine
 from drover.truth import Message
 
@@ -151,11 +152,12 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
     resolved: dict[str, Any] | None = None
     unresolved: DroverError | None = None
     host, redirect = req.host, {}  # where it goes, and (after a handoff) where it was addressed
+    route: Route | None
     try:
-        cfg = fleet.host(req.host)
-        options["raw"] = req.raw or req.id in cfg.raw
+        route = ctx.route(req.host)  # the host resolved once: the transport and every timeout read it too
+        options["raw"] = req.raw or route.raw_ok(req.id)
     except DroverError as exc:
-        unresolved, cfg = exc, None  # nothing was sent: recorded as provably failed below
+        unresolved, route = exc, None  # nothing was sent: recorded as provably failed below
     if unresolved is None:
         # Which session is it, really?  Limits count by identity, and the delivery is pinned to this one.  A name
         # no live session bears may have handed its work over: then the newest live generation, said so.
@@ -163,12 +165,12 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
 
         where = await address(ctx, req.host, req.id)
         host, resolved, unresolved, redirect = where.host, where.answer, where.error, where.redirect
-        cfg = fleet.host(host) if resolved is not None else None
+        route = ctx.route(host) if resolved is not None else None
     if resolved is not None:
         options.update(identity=resolved["identity"], pin=resolved["pin"], receiver_msg_id=str(uuid.uuid4()))
         if redirect:
             options["redirected_from"] = redirect["redirected_from"]
-    owner_ok = bool(req.as_owner and cfg is not None and cfg.owner_relay)
+    owner_ok = bool(req.as_owner and route is not None and route.owner_relay)
 
     def check(recent: list[dict[str, Any]]) -> dict[str, Any] | None:
         if unresolved is not None:  # only the size limit means anything for a session that was not found
@@ -320,8 +322,7 @@ async def _retry(ctx: Context, m: Message, base: dict[str, Any]) -> Result:
     if len(m.text) < m.text_chars:
         raise DroverError(f"{m.id} was stored without its whole text (it was refused as too large): nothing to retry")
     if m.options.get("as_owner"):
-        cfg = ctx.fleet.host(m.host)
-        if not cfg.owner_relay:
+        if not ctx.route(m.host).owner_relay:
             why = f"--as-owner is not allowed for {m.host} (owner_relay is off)"
             return _result(ctx, m.id, base, _not_now(m, P.OWNER_RELAY_OFF, why), m.host, record=False)
     seen = await _look(ctx, m)

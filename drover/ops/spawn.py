@@ -161,7 +161,7 @@ async def spawn_session(
         )
     # Named here, not on the host, so that even a spawn whose outcome is never recorded names its tmux session.
     name = name or default_name(cwd, engine)
-    cfg = ctx.fleet.host(host)
+    cfg = ctx.route(host).config
     spec = template_for(ctx, engine)
     spawn_id = "spawn_" + uuid.uuid4().hex[:20]
     parent = {"actor": actor, "msg": parent_msg}
