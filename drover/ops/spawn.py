@@ -23,7 +23,8 @@ from drover.errors import DroverError, EmptyText, ExitCode, InvalidRequest, Refu
 from drover.fleet import BUILTIN_SPAWN_ENGINES, CONTROL_CHARS, LOCAL, SpawnEngine
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host
-from drover.ops.send import MessageRequest, _exit_for, sessions_message
+from drover.ops.outcome import exit_code_for
+from drover.ops.send import MessageRequest, sessions_message
 from drover.record import ReadStats, now_iso
 from drover.remote import protocol as P
 
@@ -250,7 +251,7 @@ async def sessions_spawn(ctx: Context, req: SpawnRequest) -> Result:
         hint = f"answer it there (tmux attach -t {data['name']}), or pre-trust the folder in the fleet: trusted = [...]"
         return Result(data, [{"code": P.HELD, "message": message, "hint": hint, "host": req.host}], ExitCode.HELD)
     brief = data["brief"] or {}
-    exit_code = _exit_for(brief)
+    exit_code = exit_code_for(brief.get("outcome"))
     if exit_code != ExitCode.OK:
         message = f"{where} is ready but its brief was {brief.get('outcome')}: {brief.get('detail', '')}"
         return Result(
