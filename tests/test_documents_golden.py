@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,13 +65,15 @@ IDENTITY_PID = re.compile(r"(\btmux:[\w.-]+/%\d+)@\d+\b")
 AGO = re.compile(r"\b\d+(?:\.\d+)?s ago\b")
 # A pane's title is the machine's name unless a program sets one.
 TITLE = f'"title": "{socket.gethostname()}"'
+# The demo agents run as this interpreter, whose name tmux reports as the pane's command.
+COMMAND = f'"command": "{Path(sys.executable).name}"'
 
 
 def mask(text: str, places: dict[str, str]) -> str:
     """`text` with the run's own values named instead: its temporary directories (`places`: path -> name), message,
     broadcast and receiver ids, clock times, the values of VARYING_KEYS, the process id in a tmux identity, an "Ns
-    ago", and a pane title that is the machine's name.  Pane ids (%0, %1, ...) are not masked: a fresh tmux server
-    numbers its panes in the order they are made."""
+    ago", a pane title that is the machine's name, and the demo agents' command (this interpreter's name).  Pane
+    ids (%0, %1, ...) are not masked: a fresh tmux server numbers its panes in the order they are made."""
     for path, name in sorted(places.items(), key=lambda p: -len(p[0])):  # the longest first: nested directories
         text = text.replace(path, name)
     text = MESSAGE_ID.sub("msg_<id>", text)
@@ -80,7 +83,8 @@ def mask(text: str, places: dict[str, str]) -> str:
     text = IDENTITY_PID.sub(r"\1@<pid>", text)
     text = AGO.sub("<n>s ago", text)
     text = text.replace(TITLE, '"title": "<hostname>"')
-    return VARYING.sub(lambda m: f'"{m.group(1)}": "<{m.group(1)}>"', text)
+    text = VARYING.sub(lambda m: f'"{m.group(1)}": "<{m.group(1)}>"', text)
+    return text.replace(COMMAND, '"command": "<python>"')
 
 
 # -- the recorded commands ----------------------------------------------------------------------------------------
@@ -229,11 +233,13 @@ def test_mask_hides_only_what_varies() -> None:
         '{"id": "msg_0192f3a4b5c6d7e8f9a0b1", "broadcast": "bc_0192f3a4b5c6a1b2c3", "ts": 1733.25, "pid": 4242,'
         ' "time": "2026-12-01T18:11:44.120Z", "receiver_msg_id": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",'
         ' "path": "/tmp/drg-abc/agent-1.jsonl", "outcome": "delivered", "pane": "%3", "tail": 8, "code": "msg_x",'
-        ' "identity": "tmux:default/%3@977", "detail": "sent 12s ago, 3 s later", "title": "' + socket.gethostname() + '"}'
+        ' "identity": "tmux:default/%3@977", "detail": "sent 12s ago, 3 s later", "title": "' + socket.gethostname() + '",'
+        ' "command": "' + Path(sys.executable).name + '", "name": "' + Path(sys.executable).name + '"}'
     )
     assert mask(text, places) == (
         '{"id": "msg_<id>", "broadcast": "bc_<id>", "ts": "<ts>", "pid": "<pid>",'
         ' "time": "<time>", "receiver_msg_id": "<uuid>",'
         ' "path": "<tmp>/agent-1.jsonl", "outcome": "delivered", "pane": "%3", "tail": 8, "code": "msg_x",'
-        ' "identity": "tmux:default/%3@<pid>", "detail": "sent <n>s ago, 3 s later", "title": "<hostname>"}'
+        ' "identity": "tmux:default/%3@<pid>", "detail": "sent <n>s ago, 3 s later", "title": "<hostname>",'
+        ' "command": "<python>", "name": "' + Path(sys.executable).name + '"}'
     )
