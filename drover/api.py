@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 from drover.daemon import client as daemon_client
 from drover.daemon import library as daemon_library
 from drover.daemon.pool import LinkedTransport, Pool
-from drover.fleet import LOCAL
 from drover.ops import Context, run_async
 
 T = TypeVar("T")
@@ -82,11 +81,10 @@ class _PoolContext(Context):
 
     def transport(self, host: str) -> Any:
         if host not in self._transports:
-            cfg = self.fleet.host(host)  # unknown host -> UnknownHost
-            if host == LOCAL and not cfg.ssh:
+            route = self.route(host)  # unknown host -> UnknownHost
+            if route.local:
                 return super().transport(host)
-            profiles = self.fleet.profile_overrides()
-            self._transports[host] = LinkedTransport(self.pool, host, cfg, self.fleet.defaults, profiles)
+            self._transports[host] = LinkedTransport(self.pool, host, route.config, route.defaults, dict(route.profiles))
         return self._transports[host]
 
 
