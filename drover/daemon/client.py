@@ -16,8 +16,8 @@ import os
 import sys
 import time
 
+from drover import terminal_columns
 from drover.daemon import paths, wire
-from drover.front import columns
 
 # The commands the daemon runs; everything else (fleet edits, the demo, guard) runs directly.
 HOT = frozenset(["send", "ls", "status", "wait", "op", "read", "log"])
@@ -213,7 +213,7 @@ def _run(argv: list[str]) -> int | None:
         "env": env,
         "actor": os.environ.get("DROVER_ACTOR"),
         "tty": {"stdin": _isatty(sys.stdin), "stdout": _isatty(sys.stdout), "stderr": _isatty(sys.stderr)},
-        "cols": columns(),
+        "cols": terminal_columns(),
         "term": _term(),
         # After this the daemon must not start it: we will have given up and run it ourselves (a daemon stopped
         # with SIGSTOP and continued later would otherwise run it a second time).
