@@ -187,3 +187,15 @@ def test_invocations_in_threads_each_print_to_their_own_environment(no_process_s
             assert doc["errors"][0]["code"] == "session_not_found" and doc["data"]["target"] == "nosuch", res
             assert res.out.startswith('{\n  "drover": 1') and res.err == "", res
     assert no_process_streams() == []
+
+
+def test_the_environment_ends_with_its_invocation(capsys: pytest.CaptureFixture[str]) -> None:
+    """A renderer called after a run (a test, a script) prints on the process's streams of that moment, not on the
+    streams the finished run was handed."""
+    from drover.cli import render
+
+    handed = run("--version")
+    assert handed.out.startswith("drover ")
+    capsys.readouterr()
+    render.error_list([{"code": "x", "message": "after the run"}])
+    assert capsys.readouterr().err == "drover: after the run\n"

@@ -64,8 +64,17 @@ def _terminal_width(env: Environment) -> int | None:
 def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
     """The program with error handling: one line per error, a documented exit code, tracebacks only with --debug."""
     args = sys.argv[1:] if argv is None else argv
-    env = Environment.from_process() if env is None else env
-    state.reset(env)
+    state.reset(Environment.from_process() if env is None else env)
+    try:
+        return _run(args)
+    finally:
+        # The Environment is this invocation's: a renderer called after it (a test, a script) prints to the
+        # process's streams of that moment, not to streams this invocation was handed.
+        state.env = None
+
+
+def _run(args: list[str]) -> int:
+    env = environment()
     try:
         result = int(
             command().main(args=args, prog_name="drover", standalone_mode=False, terminal_width=_terminal_width(env)) or 0
