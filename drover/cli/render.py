@@ -398,6 +398,7 @@ class FanOutProgress:
 
     def __init__(self, threshold: int = 4) -> None:
         self.threshold = threshold
+        self.console = err()  # the invocation's, taken now: whichever thread the op calls back from
         self.bar: Progress | None = None
         self.task: Any = None
 
@@ -411,7 +412,7 @@ class FanOutProgress:
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 TextColumn("{task.description}"),
-                console=err(),
+                console=self.console,
                 transient=True,
             )
             self.bar.start()
