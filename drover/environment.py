@@ -1,7 +1,8 @@
 """What one run of the `drover` CLI reads and writes: its streams, its terminal, and the Context its ops run in.
 
-The CLI never reaches for sys.stdout, sys.stderr or sys.stdin, nor measures the terminal itself: it is handed an
-Environment (httpie's `Environment`, passed to `main(argv, env)`).  A direct run builds one from the process
+The CLI never reaches for sys.stdout, sys.stderr or sys.stdin, nor asks them whether they are a terminal: it is
+handed an Environment (httpie's `Environment`, passed to `main(argv, env)`), and formats for its terminal (with no
+width given, rich and click measure this process's, as they always did).  A direct run builds one from the process
 (`Environment.from_process()`); the daemon builds one per request from the caller's streams and terminal facts it
 receives (drover/daemon/request.py) and calls the program it was handed with it.  Below both the CLI and the daemon,
 so neither imports the other for it.  Standard library only at import (rich is imported when a Console is first
