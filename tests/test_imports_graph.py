@@ -50,7 +50,7 @@ def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def imported(name: str, path: Path, known: set[str]) -> set[str]:
+def imported(name: str, path: Path, known: set[str], ancestors: bool) -> set[str]:
     """The drover modules `name` (at `path`) imports: `from pkg import module` names the module, `from pkg import
     thing` the package; relative imports resolved against the module's package."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -69,15 +69,18 @@ def imported(name: str, path: Path, known: set[str]) -> set[str]:
             # `import a.b.c` (and `from a.b.c import x`) runs a.b.c: the edge is to the deepest module named.
             while target and target not in known:
                 target = target.rpartition(".")[0]
-            if target.startswith("drover") and not (name == target or name.startswith(target + ".")):
+            ancestor = name.startswith(target + ".")
+            if target.startswith("drover") and target != name and (ancestors or not ancestor):
                 out.add(target)
     return out
 
 
-def graph() -> dict[str, set[str]]:
+def graph(ancestors: bool = False) -> dict[str, set[str]]:
+    """Each module's edges; with `ancestors`, imports of its own ancestor packages too (what the remote side,
+    shipped without drover/__init__.py, must not have)."""
     mods = modules()
     known = set(mods)
-    return {name: imported(name, path, known) for name, path in mods.items()}
+    return {name: imported(name, path, known, ancestors) for name, path in mods.items()}
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -139,6 +142,7 @@ def test_the_graph_sees_what_the_modules_import() -> None:
     assert "drover.daemon.autostart" in edges["drover.daemon.client"]  # imported inside a function
     assert "drover.remote.protocol" in edges["drover.remote.main"]
     assert all(not m.startswith("drover.remote.") or m in edges for m in edges["drover.remote.main"])
+    assert "drover" not in edges["drover.front"] and "drover" in graph(ancestors=True)["drover.front"]
     loop = {"drover.x": {"drover.y"}, "drover.y": {"drover.z"}, "drover.z": {"drover.x"}, "drover.w": {"drover.x"}}
     assert cycles(loop) == [["drover.x", "drover.y", "drover.z"]]
 
@@ -158,7 +162,7 @@ def test_the_daemon_never_imports_the_cli() -> None:
 
 
 def test_the_remote_package_imports_only_itself() -> None:
-    edges = graph()
+    edges = graph(ancestors=True)
     remote = {m for m in edges if m == "drover.remote" or m.startswith("drover.remote.")}
     bad = {m: sorted(t for t in edges[m] if t not in remote) for m in remote}
     assert {m: ts for m, ts in bad.items() if ts} == {}
