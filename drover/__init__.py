@@ -48,6 +48,25 @@ def close() -> None:
         api.close()
 
 
+def terminal_columns() -> int:
+    """The terminal's width as shutil.get_terminal_size would say it (shutil itself costs an import).  Here, below
+    both, because the front (drover/front.py, for --help) and the daemon's client (drover/daemon/client.py, for the
+    request it sends) each need it; not part of the library's API (__all__)."""
+    import os
+    import sys
+
+    try:
+        cols = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        cols = 0
+    if cols <= 0:
+        try:
+            cols = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            cols = 0
+    return cols or 80
+
+
 def __getattr__(name: str) -> Any:
     # drover.Client, drover.AsyncClient and drover.Reply, imported when first named.
     if name in ("Client", "AsyncClient", "Reply"):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from drover import __version__
+from drover import __version__, terminal_columns
 
 HELP_WORDS = (["--help"], ["-h"])
 
@@ -54,20 +54,6 @@ def _full(args: list[str]) -> int:
     return cli_main(args)
 
 
-def columns() -> int:
-    """The terminal's width as shutil.get_terminal_size would say it (shutil itself costs an import)."""
-    try:
-        cols = int(os.environ.get("COLUMNS", "0"))
-    except ValueError:
-        cols = 0
-    if cols <= 0:
-        try:
-            cols = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
-        except (AttributeError, ValueError, OSError):
-            cols = 0
-    return cols or 80
-
-
 def _home() -> str:
     from drover import paths  # here: `drover --version` needs no path
 
@@ -77,7 +63,7 @@ def _home() -> str:
 def _help_key() -> str:
     """What typer's root help depends on: drover's version, the CLI's source (its commands and their help) and the
     width click formats to (the terminal's, between 50 and 78 columns)."""
-    width = max(min(columns(), 80) - 2, 50)
+    width = max(min(terminal_columns(), 80) - 2, 50)
     cli = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli")
     stamp = 0
     try:

@@ -766,3 +766,36 @@ def test_a_relative_fleet_files_daemon_idle_s_is_the_started_daemons(
 
     started = wait_for(info, 20, what="the daemon the first use started")
     assert started["idle_timeout_s"] == 77  # the fleet file's, found from the caller's directory (the daemon runs from /)
+
+
+def test_shell_completion_is_printed_by_the_caller_never_through_the_daemon(persistent: Path, isolated: Path) -> None:
+    """`drover --show-completion send` names a hot command, but the script is for the caller's shell (typer looks
+    for the shell this process runs in) and typer prints it where click prints, the process's stdout: the front runs
+    it itself, and the daemon refuses it."""
+    from drover.daemon import client, wire
+
+    assert drover_process("daemon", "start").code == 0
+    served = status()["served"]
+    through = drover_process("--show-completion", "send")
+    direct = drover_process("--show-completion", "send", env={"DROVER_DAEMON": "0"})
+    assert through.code == 0 and "_drover_completion" in through.out, through
+    assert (through.code, through.out, through.err) == (direct.code, direct.out, direct.err)
+    assert status()["served"] == served
+    with client.connect(sock_path()) as sock:
+        request = {"t": "run", "v": wire.VERSION, "argv": ["--show-completion", "ls"], "cwd": str(isolated)}
+        sock.sendall(wire.encode({**request, "env": paths.environment(), "tty": {}}))
+        assert wire.decode(sock.readline())["t"] == "refuse"
+
+
+def test_what_a_request_prints_reaches_its_caller_not_the_daemons_log(persistent: Path, tmux: Tmux) -> None:
+    """The daemon hands each request an Environment of the caller's streams: tables, JSON, errors, usage errors
+    and a command's help all reach the caller; the daemon's own stdout (its log) gets none of it."""
+    pane = tmux.agent("logged")
+    assert drover_process("daemon", "start").code == 0
+    log = Path(sock_path()[: -len(".sock")] + ".log")
+    before = log.read_text()
+    for args, code in ((("ls",), 0), (("status", pane.address, "--json"), 0), (("send", "nosuch", "x"), 6), (("send",), 2)):
+        res = drover_process(*args)
+        assert res.code == code and (res.out or res.err), (args, res)
+    assert status()["served"] == 4
+    assert log.read_text() == before

@@ -1,15 +1,13 @@
-"""The CLI's shared core: the typer apps, the per-invocation state and its one Context, `run` and `finish`.
+"""The CLI's shared core: the typer apps, the invocation's one Context (its state: drover/cli/state.py), `run`
+and `finish`.
 
 Command modules (`commands`, `fleet_cmds`, `demo`) import this module and register their commands on its apps;
-`main` imports them all and holds `main()`.  Nothing here imports pydantic, asyncssh or the ops at import time,
+`main` imports them all; `program` holds `main(argv, env)`.  Nothing here imports pydantic, asyncssh or the ops at import time,
 so `drover --help` and `--version` stay fast.
 """
 
 from __future__ import annotations
 
-import sys
-import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -17,6 +15,7 @@ import typer
 from drover import __version__
 from drover.cli import render
 from drover.cli.completion import complete_hosts, complete_tags
+from drover.cli.state import environment, state
 from drover.errors import UsageError
 from drover.paths import MAX_DURATION_S
 
@@ -72,26 +71,6 @@ app.add_typer(fleet_app, name="fleet")
 app.add_typer(guard_app, name="guard")
 app.add_typer(log_app, name="log")
 
-
-class State(threading.local):
-    """What this invocation was told (--fleet, --actor, --debug) and the one Context its commands share.
-
-    Per thread: the daemon (drover/daemon/server.py) runs several invocations at once, one thread each, and gives
-    each a `make_context` that builds its Context (pooled SSH connections, the caller's actor)."""
-
-    def __init__(self) -> None:
-        self.make_context: Callable[..., Context] | None = None
-        self.reset()
-
-    def reset(self) -> None:
-        self.fleet: str | None = None
-        self.actor: str | None = None
-        self.debug = False
-        self.timeout: float | None = None
-        self.ctx: Context | None = None
-
-
-state = State()
 
 # The options every command takes, wherever they are typed: `drover --actor me send …` and `drover send … --actor me`.
 FleetOpt = Annotated[
@@ -154,7 +133,7 @@ def context() -> Context:
     if state.ctx is None:
         from drover.ops import Context
 
-        make = state.make_context or Context
+        make = environment().make_context or Context
         state.ctx = make(fleet_path=state.fleet, actor=state.actor, progress=_progress(), exit_on_interrupt=True)
         state.ctx.timeout_s = state.timeout
     return state.ctx
@@ -162,7 +141,7 @@ def context() -> Context:
 
 def _progress() -> Any:
     """A transient progress bar on stderr for fan-outs over more than a few hosts (TTY only)."""
-    if not sys.stderr.isatty():
+    if not environment().isatty("stderr"):
         return None
     return render.FanOutProgress()
 
@@ -197,11 +176,12 @@ def read_text(text: str, what: str = "the message") -> str:
     """An argument, or with `-` all of stdin; either must be UTF-8 (anything else is a usage error, exit 2)."""
     if text != "-":
         return _utf8(text, what)
-    if sys.stdin is None:  # started with stdin closed (`<&-`): nothing to read, and not an empty text either
+    stdin = environment().stdin
+    if stdin is None:  # started with stdin closed (`<&-`): nothing to read, and not an empty text either
         raise UsageError(f"{what} was to come from stdin (-), but stdin is closed", hint="give it as an argument instead")
-    stream = getattr(sys.stdin, "buffer", None)
+    stream = getattr(stdin, "buffer", None)
     if stream is None:  # a text stream (tests, embedding): already decoded
-        return _utf8(sys.stdin.read(), what)
+        return _utf8(stdin.read(), what)
     raw = stream.read()
     try:
         return raw.decode("utf-8")
@@ -223,7 +203,7 @@ def _utf8(text: str, what: str) -> str:
 
 def _print_version(value: bool) -> None:
     if value:
-        print(f"drover {__version__}")
+        print(f"drover {__version__}", file=environment().stdout)
         raise typer.Exit(0)
 
 

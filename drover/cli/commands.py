@@ -311,6 +311,6 @@ def guard_check(
 
     def show(data: dict[str, Any]) -> None:
         style = render.STATE_STYLE.get(data["state"], "")
-        render.out.print(f"{data['state']}: {data['reason']} → {data['verdict']}", style=style, markup=False)
+        render.out().print(f"{data['state']}: {data['reason']} → {data['verdict']}", style=style, markup=False)
 
     finish(doc, as_json, show)

@@ -11,6 +11,7 @@ import typer
 
 from drover.cli import render
 from drover.cli.app import app, examples
+from drover.cli.state import environment
 from drover.errors import ExitCode
 
 daemon_app = typer.Typer(
@@ -50,19 +51,19 @@ def _silent_line(pid: int) -> str:
 def _show(info: dict[str, Any]) -> None:
     hosts = info.get("hosts") or []
     connected = [h["host"] for h in hosts if h.get("connected")]
-    render.out.print(
+    render.out().print(
         f"drover daemon {info.get('version')}: pid {info.get('pid')}, up {info.get('uptime_s')}s, "
         f"{info.get('served')} requests served ({info.get('active')} running), idle {info.get('idle_s')}s "
         f"of {info.get('idle_timeout_s'):g}s",
         markup=False,
     )
-    render.out.print(f"socket: {info.get('socket')}", markup=False)
-    render.out.print(f"hosts connected: {', '.join(connected) or 'none'}", markup=False)
+    render.out().print(f"socket: {info.get('socket')}", markup=False)
+    render.out().print(f"hosts connected: {', '.join(connected) or 'none'}", markup=False)
     if info.get("max_links") is not None:
         closed = f"; {info.get('evicted')} closed as the least recently used" if info.get("evicted") else ""
-        render.out.print(f"hosts kept: {len(hosts)} of at most {info['max_links']}{closed}", markup=False)
+        render.out().print(f"hosts kept: {len(hosts)} of at most {info['max_links']}{closed}", markup=False)
     for h in hosts:
-        render.out.print(
+        render.out().print(
             f"  {h['host']}: {'connected' if h.get('connected') else 'not connected'}, {h.get('helpers')} helpers "
             f"({h.get('busy')} busy), {h.get('connects')} connections opened",
             markup=False,
@@ -78,11 +79,12 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="print the daemo
     silent = _silent(path) if info is None else None
     if as_json:
         extra = {"pid": silent, "answering": False} if silent else {}
-        print(json.dumps({"running": info is not None, "socket": path, **extra, **(info or {})}, default=str))
+        document = {"running": info is not None, "socket": path, **extra, **(info or {})}
+        print(json.dumps(document, default=str), file=environment().stdout)
     elif silent is not None:
-        render.out.print(_silent_line(silent), markup=False)
+        render.out().print(_silent_line(silent), markup=False)
     elif info is None:
-        render.out.print(f"no daemon for this environment (socket {path})", markup=False)
+        render.out().print(f"no daemon for this environment (socket {path})", markup=False)
     else:
         _show(info)
     raise typer.Exit(ExitCode.OK if info is not None else ExitCode.FAILED)
@@ -98,14 +100,14 @@ def stop() -> None:
     if answer is None:
         silent = _silent(path)
         if silent is not None:
-            render.err.print(f"drover: {_silent_line(silent)}: it was asked to stop and will when it runs again", markup=False)
+            render.err().print(f"drover: {_silent_line(silent)}: it was asked to stop and will when it runs again", markup=False)
             raise typer.Exit(ExitCode.FAILED)
-        render.out.print("no daemon running for this environment", markup=False)
+        render.out().print("no daemon running for this environment", markup=False)
         raise typer.Exit(ExitCode.OK)
     deadline = time.monotonic() + READY_WAIT_S
     while os.path.exists(path) and time.monotonic() < deadline:
         time.sleep(0.05)
-    render.out.print(f"stopped the daemon (pid {answer.get('pid')})", markup=False)
+    render.out().print(f"stopped the daemon (pid {answer.get('pid')})", markup=False)
     raise typer.Exit(ExitCode.OK)
 
 
@@ -121,29 +123,46 @@ def start(
     path = _path()
     info = _status(path)
     if info is not None:
-        render.out.print(f"already running: pid {info.get('pid')}, socket {path}", markup=False)
+        render.out().print(f"already running: pid {info.get('pid')}, socket {path}", markup=False)
         raise typer.Exit(ExitCode.OK)
     silent = _silent(path)
     if silent is not None:
-        render.err.print(f"drover: {_silent_line(silent)}", markup=False)
+        render.err().print(f"drover: {_silent_line(silent)}", markup=False)
         raise typer.Exit(ExitCode.FAILED)
     if idle is not None and idle <= 0:
         raise typer.BadParameter("--idle must be above zero")
     if foreground:
-        from drover.daemon import server
-
-        raise typer.Exit(server.main(["--socket", path] + (["--idle", str(idle)] if idle is not None else [])))
+        raise typer.Exit(_serve(path, idle))
     try:
         paths.ensure_dir(os.path.dirname(path))
     except (OSError, paths.Unsafe) as exc:
-        render.err.print(f"drover: {exc}", style="red", markup=False)
+        render.err().print(f"drover: {exc}", style="red", markup=False)
         raise typer.Exit(ExitCode.CONFIG) from None
     autostart.spawn(path, idle)
     deadline = time.monotonic() + READY_WAIT_S
     while (info := _status(path)) is None and time.monotonic() < deadline:
         time.sleep(0.05)
     if info is None:
-        render.err.print(f"drover: the daemon did not answer within {READY_WAIT_S:g}s: see {path[:-5]}.log", style="red")
+        render.err().print(f"drover: the daemon did not answer within {READY_WAIT_S:g}s: see {path[:-5]}.log", style="red")
         raise typer.Exit(ExitCode.FAILED)
-    render.out.print(f"started: pid {info.get('pid')}, socket {path}", markup=False)
+    render.out().print(f"started: pid {info.get('pid')}, socket {path}", markup=False)
     raise typer.Exit(ExitCode.OK)
+
+
+def _serve(path: str, idle: float | None) -> int:
+    """Run the daemon here, handing it the program its requests run through: the CLI's own entry point, a callable
+    taking argv and an Environment (the daemon builds one per request; it imports nothing of the CLI)."""
+    from drover.cli import program
+    from drover.daemon import server
+
+    program.command()  # built now, once, not by the first request
+    return server.main(["--socket", path] + (["--idle", str(idle)] if idle is not None else []), program.main)
+
+
+@daemon_app.command("serve", hidden=True)
+def serve(
+    socket: Annotated[str | None, typer.Option("--socket", help="the socket (default: this environment's)")] = None,
+    idle: Annotated[float | None, typer.Option("--idle", help="seconds idle before it exits")] = None,
+) -> None:
+    """The daemon itself, as `drover daemon start` and the first use start it (drover/daemon/autostart.py)."""
+    raise typer.Exit(_serve(socket or _path(), idle))

@@ -31,9 +31,9 @@ from drover.errors import DroverError, ExitCode, UsageError
 
 
 def _step(n: int, title: str, command: str = "") -> None:
-    render.out.print(Rule(Text(f"{n}. {title}", style="bold"), align="left"))
+    render.out().print(Rule(Text(f"{n}. {title}", style="bold"), align="left"))
     if command:
-        render.out.print(Text(f"$ {command}", style="bold cyan"))
+        render.out().print(Text(f"$ {command}", style="bold cyan"))
 
 
 def _until(cond: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
@@ -112,7 +112,7 @@ def demo(
         _step(3, "what the agent received (its own log of what it read)")
         got = _until(lambda: [e for e in _agent_events(log) if e["type"] == "message"], "recorded no message")
         for e in got:
-            render.out.print(Text(render.safe(e["text"]), style="green"))
+            render.out().print(Text(render.safe(e["text"]), style="green"))
         if text not in got[-1]["text"]:
             raise DroverError("the demo agent received something else than was sent: delivery is broken on this machine")
 
@@ -125,12 +125,12 @@ def demo(
             ["tmux", "-L", server, "capture-pane", "-p", "-t", pane], capture_output=True, text=True, timeout=10
         ).stdout
         for line in [ln for ln in screen.splitlines() if ln.strip()][-6:]:
-            render.out.print(Text("  │ " + render.safe(line), style="yellow"))
+            render.out().print(Text("  │ " + render.safe(line), style="yellow"))
         doc = op("sessions.message", {"id": sid, "text": refusal})
         render.outcome(render.clean(doc.data), expected=True)
         refused_id = doc.data["id"]
         answered = [e for e in _agent_events(log) if e["type"] in ("dialog", "dialog_input")]
-        render.out.print(
+        render.out().print(
             Text(f"the dialog received {len(answered)} keystrokes from drover; it is still waiting for its human"),
             style="green" if not answered else "bold red",
         )
@@ -138,14 +138,14 @@ def demo(
         _step(5, "the record of both messages, in the demo's own truth file", f"{env_prefix}drover log -n 2")
         for event in ctx.truth.events():
             if event.get("id") in (sent_id, refused_id):
-                render.out.print(Text(render.safe(json.dumps(event, ensure_ascii=False)), style="dim"), soft_wrap=True)
+                render.out().print(Text(render.safe(json.dumps(event, ensure_ascii=False)), style="dim"), soft_wrap=True)
         render.messages_table(render.clean(op("messages.list", {"limit": 2}).data))
-        render.out.print(Text(f"demo truth file: {ctx.truth.path} (yours is untouched)"))
+        render.out().print(Text(f"demo truth file: {ctx.truth.path} (yours is untouched)"))
     finally:
         if not keep:
             subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True, timeout=10)
             shutil.rmtree(workdir, ignore_errors=True)
         else:
-            render.out.print(Text(f"left running: tmux -L {server} attach -t drover-demo; the record: {home}"))
-    render.out.print(Rule(Text("demo finished: delivered once, refused once, both recorded", style="bold green")))
+            render.out().print(Text(f"left running: tmux -L {server} attach -t drover-demo; the record: {home}"))
+    render.out().print(Rule(Text("demo finished: delivered once, refused once, both recorded", style="bold green")))
     raise typer.Exit(ExitCode.OK)

@@ -46,9 +46,9 @@ def init(
 
     def said(data: dict[str, Any]) -> None:
         if data.get("text") is not None:
-            render.out.file.write(data["text"])
+            render.out().file.write(data["text"])
         else:
-            render.out.print(f"wrote {data['path']}: every setting, commented out; `drover fleet show` checks it", markup=False)
+            render.out().print(f"wrote {data['path']}: every setting, commented out; `drover fleet show` checks it", markup=False)
 
     finish(run("fleet.init", {"force": force, "print_only": print_only}), as_json, said)
 
@@ -92,9 +92,9 @@ def add(
 
     def show_added(data: dict[str, Any]) -> None:
         if data.get("created"):
-            render.out.print(f"created {data['path']} with {data['host']}", markup=False)
+            render.out().print(f"created {data['path']} with {data['host']}", markup=False)
         else:
-            render.out.print(f"added {data['host']} to {data['path']}", markup=False)
+            render.out().print(f"added {data['host']} to {data['path']}", markup=False)
 
     finish(run("fleet.add", payload), as_json, show_added)
 
@@ -111,7 +111,7 @@ def remove(
     common(fleet, actor, debug)
 
     def show_removed(data: dict[str, Any]) -> None:
-        render.out.print(f"removed {data['host']} from {data['path']}", markup=False)
+        render.out().print(f"removed {data['host']} from {data['path']}", markup=False)
 
     finish(run("fleet.remove", {"name": name}), as_json, show_removed)
 

@@ -109,10 +109,10 @@ def broadcast_table(data: dict[str, Any]) -> None:
             r.get("id") or "-",
         )
     if rows:
-        render.out.print(table)
+        render.out().print(table)
     ok = {"delivered", "queuedBehindTurn"}
     everyone = rows and all(r.get("outcome") in ok for r in rows)
-    render.out.print(Text(data.get("summary", "")), style="green" if everyone else "")
+    render.out().print(Text(data.get("summary", "")), style="green" if everyone else "")
     _warn(data)
 
 
@@ -120,7 +120,7 @@ def _warn(data: dict[str, Any]) -> None:
     for w in data.get("warnings", []):
         where = f"{w['host']}: " if isinstance(w, dict) and w.get("host") else ""
         said = w.get("message", w) if isinstance(w, dict) else w
-        render.err.print(Text(f"warning: {where}{said}"), style="yellow")
+        render.err().print(Text(f"warning: {where}{said}"), style="yellow")
 
 
 # -- board -------------------------------------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def board_tables(data: dict[str, Any]) -> None:
             who = f"{w.get('name')} ({sid})" if w.get("name") and w.get("name") != sid else sid
             since = render.ago(w.get("since")) + (" (first seen)" if w.get("since_source") == "first_seen" else "")
             table.add_row(since, w["host"], who, w.get("engine") or "-", Text(w["state"], style="yellow"), w.get("reason") or "")
-        render.out.print(table)
+        render.out().print(table)
     if held:
         table = Table(box=None, header_style="bold", pad_edge=False, title="held for approval", title_justify="left")
         for col in ("SENT", "MESSAGE", "TO", "FROM", "DETAIL"):
@@ -163,7 +163,7 @@ def board_tables(data: dict[str, Any]) -> None:
             table.add_row(
                 render.ago(h.get("ts")), h["id"], f"{h['host']}:{h['target']}", h.get("actor") or "", h.get("detail") or ""
             )
-        render.out.print(table)
+        render.out().print(table)
     if not waiting and not held:
         asked = data.get("hosts", [])
         answered = [h for h in asked if h.get("ok")]
@@ -175,7 +175,7 @@ def board_tables(data: dict[str, Any]) -> None:
             line = f"nobody is waiting on a human on the hosts that answered ({len(answered)} of {len(asked)} host(s))"
         else:
             line = f"nobody is waiting on a human ({len(asked)} host(s) asked)"
-        render.out.print(line, style="dim")
+        render.out().print(line, style="dim")
     _warn(data)
 
 
@@ -214,4 +214,4 @@ def waited_file(data: dict[str, Any]) -> None:
         where = render.safe(f"{data['host']}:{data.get('path')}").replace("\n", "\u2424")
         size = data.get("size")
         how = f"after {data.get('waited_s', 0):.1f}s; {data.get('how')}"
-        render.out.print(Text(f"{where} {data['event']} ({size} bytes; {how})"))
+        render.out().print(Text(f"{where} {data['event']} ({size} bytes; {how})"))

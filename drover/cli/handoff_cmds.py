@@ -18,13 +18,13 @@ from drover.errors import UsageError
 def _recorded(data: dict[str, Any]) -> None:
     old, new = data["from"], data["to"]
     gone = "" if data.get("old_live") else " (not live now)"
-    render.out.print(
+    render.out().print(
         Text.assemble(("handoff recorded", "bold green"), f": {old['host']}:{old['ref']}{gone} → {new['host']}:{new['ref']}")
     )
     chain = data.get("chain") or []
     if len(chain) > 2:
-        render.out.print(Text("  chain: " + " → ".join(f"{g['host']}:{g.get('name') or g['ref']}" for g in chain), style="dim"))
-    render.out.print(
+        render.out().print(Text("  chain: " + " → ".join(f"{g['host']}:{g.get('name') or g['ref']}" for g in chain), style="dim"))
+    render.out().print(
         Text(
             f"  messages to {old['host']}:{old['ref']} go to it while it lives, then to the newest live generation",
             style="dim",
@@ -35,7 +35,7 @@ def _recorded(data: dict[str, Any]) -> None:
 def _chain(data: dict[str, Any]) -> None:
     rows = data.get("chain") or []
     if not rows:
-        render.out.print(f"{data['host']}:{data['id']} handed nothing over (no handoff starts there)", style="dim")
+        render.out().print(f"{data['host']}:{data['id']} handed nothing over (no handoff starts there)", style="dim")
     else:
         table = Table(box=None, header_style="bold", pad_edge=False)
         for col in ("GEN", "HOST", "NAME", "ID", "STATE"):
@@ -43,14 +43,14 @@ def _chain(data: dict[str, Any]) -> None:
         for i, r in enumerate(rows, 1):
             state = Text(r["state"], style="green" if r["live"] else "yellow")
             table.add_row(str(i), r["host"], r.get("name") or r["ref"], r.get("id") or "", state)
-        render.out.print(table)
+        render.out().print(table)
     goes = data.get("delivers_to")
     if goes:
         how = "redirected" if goes.get("redirected") else "not redirected"
         where = f"{goes['host']}:{goes.get('name') or goes['ref']}"
-        render.out.print(f"a message to {data['host']}:{data['id']} goes to {where} ({how})")
+        render.out().print(f"a message to {data['host']}:{data['id']} goes to {where} ({how})")
     elif rows:
-        render.err.print(f"a message to {data['host']}:{data['id']} would fail: no generation is live", style="yellow")
+        render.err().print(f"a message to {data['host']}:{data['id']} would fail: no generation is live", style="yellow")
 
 
 @app.command(

@@ -92,7 +92,7 @@ def show_doc(doc: Document, as_json: bool, show: Any) -> None:
 def show_nudge(data: dict[str, Any], doc: Document) -> None:
     spawned = data.get("spawned")
     if spawned:
-        render.out.print(
+        render.out().print(
             f"started {spawned.get('host')}:{spawned.get('id')} ({spawned.get('engine')} {spawned.get('name')}) "
             f"in {spawned.get('cwd')}: it was not live",
             markup=False,
@@ -107,11 +107,11 @@ def show_run(data: dict[str, Any], doc: Document) -> None:
     rows = data.get("entries") or []
     if data.get("dry_run"):
         if not rows:
-            render.out.print(f"no [[nudge]] entries in {data.get('fleet')}", markup=False)
+            render.out().print(f"no [[nudge]] entries in {data.get('fleet')}", markup=False)
         for r in rows:
             mark = "due" if r.get("due") else "not due"
             when = f" (next {r['next']})" if r.get("next") else ""
-            render.out.print(f"{mark:8} {r['entry']} → {r['target']}: {r.get('why', '')}{when}", markup=False)
+            render.out().print(f"{mark:8} {r['entry']} → {r['target']}: {r.get('why', '')}{when}", markup=False)
     else:
         # Quiet when nothing was due: cron mails whatever a job prints, every minute.
         for r in rows:
@@ -120,10 +120,10 @@ def show_run(data: dict[str, Any], doc: Document) -> None:
             line = f"nudge {r['entry']}: {r.get('outcome') or 'failed'} → {r['target']}: {r.get('detail') or ''}"
             if r.get("id"):
                 line += f"  {r['id']}"
-            (render.out if r.get("sent") else render.err).print(line, markup=False)
+            (render.out() if r.get("sent") else render.err()).print(line, markup=False)
             for w in r.get("warnings") or []:
-                render.err.print(f"warning: {w.get('message', w) if isinstance(w, dict) else w}", markup=False)
+                render.err().print(f"warning: {w.get('message', w) if isinstance(w, dict) else w}", markup=False)
     for w in data.get("warnings") or []:
-        render.err.print(f"warning: {w.get('message', w) if isinstance(w, dict) else w}", markup=False)
+        render.err().print(f"warning: {w.get('message', w) if isinstance(w, dict) else w}", markup=False)
     if data.get("locked"):
         render.errors(doc)

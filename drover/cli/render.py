@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -16,12 +15,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from drover.cli.state import environment
+
 if TYPE_CHECKING:  # the ops (and pydantic) load only when a command runs one, not for --help
     from drover.ops.core import Document
 
-# Piped output is for reading later or for grep: don't squeeze it into 80 columns.
-out = Console(highlight=False, markup=False, emoji=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
+
+def out() -> Console:
+    """The running invocation's stdout Console (drover/environment.py: its terminal, its width, its colours)."""
+    return environment().out
+
+
+def err() -> Console:
+    return environment().err
+
 
 OUTCOME_STYLE = {
     "delivered": "green",
@@ -86,9 +93,10 @@ def to_json(data: Any, indent: int | None = None) -> str:
 
 def print_json(doc: Document | dict[str, Any]) -> None:
     data = doc if isinstance(doc, dict) else doc.to_dict()
-    indent = 2 if sys.stdout.isatty() else None
-    sys.stdout.write(to_json(data, indent) + "\n")
-    sys.stdout.flush()
+    env = environment()
+    indent = 2 if env.isatty("stdout") else None
+    env.stdout.write(to_json(data, indent) + "\n")
+    env.stdout.flush()
 
 
 def error_line(error: dict[str, Any]) -> str:
@@ -104,9 +112,9 @@ def errors(doc: Document) -> None:
 def error_list(errs: list[dict[str, Any]]) -> None:
     """One line per error (a fleet file's further problems indented under it), control characters visible."""
     for e in clean(errs):
-        err.print(Text("drover: " + error_line(e)), style="red")
+        err().print(Text("drover: " + error_line(e)), style="red")
         for problem in e.get("problems", [])[1:] if e.get("code") == "fleet_invalid" else []:
-            err.print(Text("  " + problem), style="red")
+            err().print(Text("  " + problem), style="red")
 
 
 def ago(ts: float | int | None) -> str:
@@ -150,19 +158,19 @@ def sessions_table(data: dict[str, Any]) -> None:
     hosts = data.get("hosts", [])
     failed = [h for h in hosts if not h.get("ok")]
     if rows:
-        out.print(table)
+        out().print(table)
     elif failed or data.get("engine"):
         # An empty answer is only "nothing runs" when every host asked answered and nothing was filtered out.
         kind = f"{data['engine']} " if data.get("engine") else ""
         answered = len(hosts) - len(failed)
-        out.print(f"no {kind}sessions on the {answered} host(s) that answered", style="dim")
+        out().print(f"no {kind}sessions on the {answered} host(s) that answered", style="dim")
     else:
-        out.print("no sessions (start an agent in tmux, or try `drover demo`)", style="dim")
+        out().print("no sessions (start an agent in tmux, or try `drover demo`)", style="dim")
     if failed:
         said = "; ".join(f"{h['host']} ({h.get('code') or 'failed'}: {h.get('error') or '?'})" for h in failed)
-        out.print(Text(f"{len(failed)} of {len(hosts)} host(s) failed, their sessions not listed: {said}"), style="red")
+        out().print(Text(f"{len(failed)} of {len(hosts)} host(s) failed, their sessions not listed: {said}"), style="red")
     for w in data.get("warnings", []):
-        err.print(Text(f"warning: {w['host']}: {w['message']}"), style="yellow")
+        err().print(Text(f"warning: {w['host']}: {w['message']}"), style="yellow")
 
 
 def _thread(s: dict[str, Any]) -> str:
@@ -173,7 +181,9 @@ def _thread(s: dict[str, Any]) -> str:
 def status(data: dict[str, Any]) -> None:
     s = data["session"]
     state = s.get("state", "unknown")
-    out.print(Text.assemble((f"{s['host']}:{s['id']}", "bold"), f"  {s.get('name', '')}  ", (state, STATE_STYLE.get(state, ""))))
+    out().print(
+        Text.assemble((f"{s['host']}:{s['id']}", "bold"), f"  {s.get('name', '')}  ", (state, STATE_STYLE.get(state, "")))
+    )
     for label, value in (
         ("engine", s.get("engine")),
         ("why", s.get("reason")),
@@ -185,12 +195,12 @@ def status(data: dict[str, Any]) -> None:
         ("active", ago(s.get("since"))),
         ("last line", s.get("last_line") or "-"),
     ):
-        out.print(Text(f"  {label:<10} {value}"))
+        out().print(Text(f"  {label:<10} {value}"))
     tail = s.get("tail") or []
     if tail:
-        out.print(Text("  screen tail:", style="dim"))
+        out().print(Text("  screen tail:", style="dim"))
         for line in tail:
-            out.print(Text("  │ " + line), style="dim")
+            out().print(Text("  │ " + line), style="dim")
 
 
 def outcome(data: dict[str, Any], expected: bool = False) -> None:
@@ -205,20 +215,20 @@ def outcome(data: dict[str, Any], expected: bool = False) -> None:
     ok = name in ("delivered", "queuedBehindTurn")
     prefix = "" if ok or expected else "drover: "
     line = Text.assemble(prefix, (name, f"bold {style}"), f" → {where}{via}: {data.get('detail', '')}  ", (data["id"], "dim"))
-    console = out if expected or ok else err
+    console = out() if expected or ok else err()
     console.print(line)
     if ok and "verified" in data:
         # How drover knows: the receiver's own record, or why it could not look yet.
         if data["verified"]:
-            out.print(Text("  verified: " + str(data.get("verification") or "in the receiver's record"), style="green"))
+            out().print(Text("  verified: " + str(data.get("verification") or "in the receiver's record"), style="green"))
         else:
-            out.print(Text("  unverified: " + str(data.get("verification") or "not looked up"), style="yellow"))
+            out().print(Text("  unverified: " + str(data.get("verification") or "not looked up"), style="yellow"))
     for w in data.get("warnings") or []:
-        err.print(Text(f"warning: {w.get('message', w) if isinstance(w, dict) else w}"), style="yellow")
+        err().print(Text(f"warning: {w.get('message', w) if isinstance(w, dict) else w}"), style="yellow")
     if data.get("declared_mode") == "bypass":
-        out.print(Text("  declared the bypass class: relayed as the owner's own words", style="dim"))
+        out().print(Text("  declared the bypass class: relayed as the owner's own words", style="dim"))
     for c in data.get("candidates") or []:
-        err.print(Text(f"  candidate: {c.get('server', '')}/{c['id']}  {c.get('name', '')}"))
+        err().print(Text(f"  candidate: {c.get('server', '')}/{c['id']}  {c.get('name', '')}"))
 
 
 def verified_table(data: dict[str, Any]) -> None:
@@ -230,9 +240,9 @@ def verified_table(data: dict[str, Any]) -> None:
         mark = Text("yes", style="green") if r.get("verified") else Text("no", style="yellow")
         table.add_row(r["id"], f"{r['host']}:{r['target']}", r.get("outcome") or "pending", mark, r.get("verification") or "")
     if rows:
-        out.print(table)
+        out().print(table)
     else:
-        out.print("nothing to verify: no recent delivered or queued message is unverified", style="dim")
+        out().print("nothing to verify: no recent delivered or queued message is unverified", style="dim")
 
 
 def messages_table(data: dict[str, Any]) -> None:
@@ -253,9 +263,9 @@ def messages_table(data: dict[str, Any]) -> None:
             text,
         )
     if rows:
-        out.print(table)
+        out().print(table)
     else:
-        out.print(f"no messages match (truth file: {data.get('truth_file')})", style="dim")
+        out().print(f"no messages match (truth file: {data.get('truth_file')})", style="dim")
 
 
 def message(data: dict[str, Any]) -> None:
@@ -265,26 +275,26 @@ def message(data: dict[str, Any]) -> None:
         if label == "outcome" and value is None:
             value = "pending (accepted, no outcome recorded: the sender stopped mid-send)"
         if value is not None:
-            out.print(Text(f"{label:<13} {value}"))
+            out().print(Text(f"{label:<13} {value}"))
     if m.get("session"):
         s = m["session"]
-        out.print(Text(f"{'session':<13} {s.get('id')} {s.get('name', '')} ({s.get('engine', '')}) on {s.get('server', '')}"))
-    out.print(Text(f"text ({m.get('text_chars', 0)} characters):", style="bold"))
-    out.print(Text(m.get("text", "")))
+        out().print(Text(f"{'session':<13} {s.get('id')} {s.get('name', '')} ({s.get('engine', '')}) on {s.get('server', '')}"))
+    out().print(Text(f"text ({m.get('text_chars', 0)} characters):", style="bold"))
+    out().print(Text(m.get("text", "")))
 
 
 def ops_list(ops: list[dict[str, Any]]) -> None:
     for spec in ops:
-        out.print(Text.assemble((spec["op"], "bold"), f"  ({spec['cli']})  " if spec["cli"] else "  ", spec["summary"]))
+        out().print(Text.assemble((spec["op"], "bold"), f"  ({spec['cli']})  " if spec["cli"] else "  ", spec["summary"]))
         for f in spec["fields"]:
             req = "required" if f["required"] else f"default {json.dumps(f['default'])}"
-            out.print(Text(f"    {f['name']:<14} {f['type']:<22} {req:<24} {f['description']}"))
+            out().print(Text(f"    {f['name']:<14} {f['type']:<22} {req:<24} {f['description']}"))
 
 
 def fleet_show(data: dict[str, Any]) -> None:
     fleet = data["fleet"]
     path = data.get("path") or f"(none: the built-in fleet, {data.get('default_path')} not found)"
-    out.print(Text(f"fleet file: {path}"))
+    out().print(Text(f"fleet file: {path}"))
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("HOST", "SSH", "USER", "PORT", "PYTHON", "TAGS"):
         table.add_column(col)
@@ -299,9 +309,9 @@ def fleet_show(data: dict[str, Any]) -> None:
             h.get("python", "python3"),
             ",".join(h.get("tags", [])) or "-",
         )
-    out.print(table)
+    out().print(table)
     d, lim = fleet["defaults"], fleet["limits"]
-    out.print(
+    out().print(
         Text(
             f"limits: {lim['max_chars']:,} chars, burst {lim['bucket_size']} then {lim['bucket_refill_per_s']:g}/s, "
             f"duplicates refused within {lim['duplicate_window_s']:g}s · timeouts: connect {d['connect_timeout']:g}s, "
@@ -310,7 +320,7 @@ def fleet_show(data: dict[str, Any]) -> None:
         )
     )
     if fleet.get("engines"):
-        out.print(Text("engine profiles overridden: " + ", ".join(sorted(fleet["engines"])), style="dim"))
+        out().print(Text("engine profiles overridden: " + ", ".join(sorted(fleet["engines"])), style="dim"))
 
 
 def _mark(value: bool | None) -> Text:
@@ -340,31 +350,31 @@ def fleet_check(data: dict[str, Any]) -> None:
             f"{row['rtt_ms']:.0f} ms" if row.get("rtt_ms") is not None else "-",
             Text(error_line(problem) if problem else "", style="red"),
         )
-    out.print(table)
+    out().print(table)
     for row in data.get("hosts", []):
         for w in row.get("warnings") or []:
-            err.print(Text(f"warning: {row['host']}: {w.get('message', w) if isinstance(w, dict) else w}"), style="yellow")
+            err().print(Text(f"warning: {row['host']}: {w.get('message', w) if isinstance(w, dict) else w}"), style="yellow")
         for stale in row.get("stale_claude_sessions") or []:
-            err.print(
+            err().print(
                 Text(f"warning: {row['host']}: stale Claude session record {stale['record']}: {stale['reason']}"), style="yellow"
             )
     bad = [r["host"] for r in data.get("hosts", []) if not r.get("ok")]
     if bad:
-        err.print(Text(f"drover: {len(bad)} host(s) failed the check: {', '.join(bad)}"), style="red")
+        err().print(Text(f"drover: {len(bad)} host(s) failed the check: {', '.join(bad)}"), style="red")
 
 
 def waited(data: dict[str, Any]) -> None:
     session = data.get("session") or {}
     where = f"{data['host']}:{session.get('name') or session.get('id')}"
     if data.get("reached"):
-        out.print(Text(f"{where} is {data['state']} (after {data['waited_s']:.1f}s; {data['how']})"))
+        out().print(Text(f"{where} is {data['state']} (after {data['waited_s']:.1f}s; {data['how']})"))
     elif data.get("state") == "exited":
-        err.print(
+        err().print(
             Text(f"drover: {where} exited after {data['waited_s']:.1f}s: it will not be {data['until']} ({data['how']})"),
             style="red",
         )
     else:
-        err.print(Text(f"drover: {where} is still {data['state']} after {data['waited_s']:.1f}s ({data['how']})"), style="red")
+        err().print(Text(f"drover: {where} is still {data['state']} after {data['waited_s']:.1f}s ({data['how']})"), style="red")
 
 
 ROLE_STYLE = {"user": "bold", "assistant": "cyan", "peer": "magenta", "tool": "dim"}
@@ -374,13 +384,13 @@ def transcript(data: dict[str, Any]) -> None:
     events = data.get("events", [])
     for e in events:
         if "role" not in e:  # --raw without --json
-            out.print(Text(json.dumps(e, ensure_ascii=False)), soft_wrap=True)
+            out().print(Text(json.dumps(e, ensure_ascii=False)), soft_wrap=True)
             continue
         who = e["role"] + (f" ({e['from']})" if e.get("from") else "")
         stamp = (e.get("time") or "")[:19].replace("T", " ")
-        out.print(Text.assemble((f"{stamp} ", "dim"), (f"{who}: ", ROLE_STYLE.get(e["role"], "")), e.get("text", "")))
+        out().print(Text.assemble((f"{stamp} ", "dim"), (f"{who}: ", ROLE_STYLE.get(e["role"], "")), e.get("text", "")))
     shown = len(events)
-    out.print(Text(f"{shown} of {data.get('matched', shown)} matching events · {data.get('path')}", style="dim"))
+    out().print(Text(f"{shown} of {data.get('matched', shown)} matching events · {data.get('path')}", style="dim"))
 
 
 class FanOutProgress:
@@ -388,6 +398,7 @@ class FanOutProgress:
 
     def __init__(self, threshold: int = 4) -> None:
         self.threshold = threshold
+        self.console = err()  # the invocation's, taken now: whichever thread the op calls back from
         self.bar: Progress | None = None
         self.task: Any = None
 
@@ -401,7 +412,7 @@ class FanOutProgress:
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 TextColumn("{task.description}"),
-                console=err,
+                console=self.console,
                 transient=True,
             )
             self.bar.start()

@@ -53,15 +53,15 @@ def show_spawn(data: dict[str, Any]) -> None:
     where = f"{data['host']}:{data['id']}"
     git = data.get("git") or {}
     code = f"  {git.get('branch') or 'detached'}@{git.get('commit') or '-'}" if git else ""
-    render.out.print(f"{data['state']} → {where} ({data['engine']} {data['name']}) in {data['cwd']}{code}", markup=False)
+    render.out().print(f"{data['state']} → {where} ({data['engine']} {data['name']}) in {data['cwd']}{code}", markup=False)
     brief = data.get("brief")
     if brief:
         render.outcome(brief)
     elif data["state"] == "waiting":
-        render.out.print(f"not briefed: {data['reason']}", style="yellow", markup=False)
+        render.out().print(f"not briefed: {data['reason']}", style="yellow", markup=False)
         for line in data.get("tail", [])[-6:]:
-            render.out.print(f"  │ {line}", style="dim", markup=False)
-    render.out.print(f"spawn {data['spawn_id']}", style="dim", markup=False)
+            render.out().print(f"  │ {line}", style="dim", markup=False)
+    render.out().print(f"spawn {data['spawn_id']}", style="dim", markup=False)
 
 
 @app.command("spawns", epilog=examples("drover spawns --host box-a --json"))
@@ -95,7 +95,7 @@ def show_spawns(data: dict[str, Any]) -> None:
 
     rows = data.get("spawns", [])
     if not rows:
-        render.out.print("no spawned sessions in the record", style="dim", markup=False)
+        render.out().print("no spawned sessions in the record", style="dim", markup=False)
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("TIME", "HOST", "ID", "NAME", "ENGINE", "STATE", "PARENT", "BRIEF", "CWD"):
@@ -115,4 +115,4 @@ def show_spawns(data: dict[str, Any]) -> None:
             brief,
             str(r.get("cwd") or ""),
         )
-    render.out.print(table)
+    render.out().print(table)

@@ -85,7 +85,8 @@ def start(argv: list[str], path: str) -> None:
 def spawn(path: str, idle: float | None = None) -> int:
     """Fork the daemon off (double fork: nobody has to reap it); returns at once in the caller (0), or raises."""
     log = paths.daemon_log(path)
-    argv = [sys.executable, "-m", "drover.daemon.server", "--socket", path]
+    # Through the CLI (`drover daemon serve`), which hands the daemon the program its requests run through.
+    argv = [sys.executable, "-m", "drover", "daemon", "serve", "--socket", path]
     if idle is not None:
         argv += ["--idle", str(idle)]
     pid = os.fork()

@@ -16,9 +16,8 @@ import os
 import sys
 import time
 
-from drover import paths
+from drover import paths, terminal_columns
 from drover.daemon import wire
-from drover.front import columns
 
 # The commands the daemon runs; everything else (fleet edits, the demo, guard) runs directly.
 HOT = frozenset(["send", "ls", "status", "wait", "op", "read", "log"])
@@ -38,6 +37,8 @@ START_TIMEOUT_S = 10.0
 # the client gives up on it (a stopped or wedged daemon): a read runs directly, a send is reported uncertain.
 SILENCE_TIMEOUT_S = 10.0
 HELP_WORDS = frozenset(["--help", "-h"])
+# typer's options that print a completion script for the shell of the process that runs them: the caller's own.
+COMPLETION_WORDS = frozenset(["--install-completion", "--show-completion"])
 EXIT_FAILED = 5  # drover.errors.ExitCode.FAILED (not imported: that module pulls in the remote package)
 EXIT_INTERRUPTED = 130
 
@@ -98,6 +99,17 @@ def asks_help(argv: list[str]) -> bool:
         if word == "--":
             return False
         if word in HELP_WORDS:
+            return True
+    return False
+
+
+def asks_completion(argv: list[str]) -> bool:
+    """--install-completion or --show-completion before any `--`: they look for the shell this process runs in,
+    and write where click writes (this process's stdout), never through the daemon."""
+    for word in argv:
+        if word == "--":
+            return False
+        if word.split("=", 1)[0] in COMPLETION_WORDS:
             return True
     return False
 
@@ -193,7 +205,7 @@ def _run(argv: list[str]) -> int | None:
     if not enabled() or "_DROVER_COMPLETE" in os.environ:
         return None  # shell completion is click's, from this process's environment: never a command to run
     command, rest = command_of(argv)
-    if command not in HOT or asks_help(argv):
+    if command not in HOT or asks_help(argv) or asks_completion(argv):
         return None
     env = paths.environment()
     path = paths.socket_path(env)
@@ -214,7 +226,7 @@ def _run(argv: list[str]) -> int | None:
         "env": env,
         "actor": os.environ.get("DROVER_ACTOR"),
         "tty": {"stdin": _isatty(sys.stdin), "stdout": _isatty(sys.stdout), "stderr": _isatty(sys.stderr)},
-        "cols": columns(),
+        "cols": terminal_columns(),
         "term": _term(),
         # After this the daemon must not start it: we will have given up and run it ourselves (a daemon stopped
         # with SIGSTOP and continued later would otherwise run it a second time).

@@ -1,9 +1,10 @@
 """One command run for one client: its connection, its streams, its terminal, its thread.
 
-The daemon runs each request in a thread of its own, through the very CLI a direct run uses
-(drover.cli.main.main): the thread's sys.stdout/stderr/stdin and rich Consoles are the caller's (thread-local
-switches installed once by the daemon), its working directory is the caller's (unshare(CLONE_FS)), and its Context
-comes from the daemon (the pool, the caller's actor).
+The daemon runs each request in a thread of its own, through the program it was handed when `drover daemon` started
+it (the very CLI a direct run uses, `main(argv, env)`): with an Environment built here from the caller's streams
+(stdout and stderr sent back, stdin fetched only if read), its terminal (isatty, width, TERM and colour variables)
+and a Context from the daemon (the pool, the caller's actor); its working directory is the caller's
+(unshare(CLONE_FS)).  Nothing of the process is swapped: the daemon's own sys.stdout stays its log.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import asyncio
 import ctypes
 import io
 import os
-import threading
 from typing import TYPE_CHECKING, Any
 
 from drover.daemon import wire
+from drover.environment import Environment
 
 if TYPE_CHECKING:
     from drover.daemon.server import Daemon
@@ -179,65 +180,6 @@ class _InBytes:
         return self.inp.data().encode("utf-8", "surrogateescape")
 
 
-class _Local(threading.local):
-    stdout: Any = None
-    stderr: Any = None
-    stdin: Any = None
-    consoles: dict[str, Any] | None = None
-
-
-LOCAL = _Local()
-
-
-class Switch:
-    """sys.stdout (stderr, stdin) of the daemon: the current request's stream in a request's thread, else the real
-    one (the daemon's log)."""
-
-    def __init__(self, name: str, real: Any) -> None:
-        self._name = name
-        self._real = real
-
-    def _target(self) -> Any:
-        return getattr(LOCAL, self._name) or self._real
-
-    def write(self, text: str) -> int:
-        return int(self._target().write(text))
-
-    def flush(self) -> None:
-        self._target().flush()
-
-    def isatty(self) -> bool:
-        return bool(self._target().isatty())
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._target(), name)
-
-
-class ConsoleSwitch:
-    """render.out / render.err: the current request's rich Console (its width, colours, terminal) in a request's
-    thread, else the daemon's own."""
-
-    def __init__(self, name: str, real: Any) -> None:
-        self._name = name
-        self._real = real
-
-    def __getattr__(self, name: str) -> Any:
-        consoles = LOCAL.consoles
-        return getattr(consoles[self._name] if consoles else self._real, name)
-
-
-def _consoles(request: Request, out: Out, err: Out) -> dict[str, Any]:
-    """The Consoles drover.cli.render would have made in the caller's process (same arguments; the caller's
-    terminal width, and its TERM/COLORTERM/NO_COLOR/FORCE_COLOR through rich's `_environ`)."""
-    from rich.console import Console
-
-    common: dict[str, Any] = {"highlight": False, "markup": False, "emoji": False, "_environ": request.term}
-    return {
-        "out": Console(file=out, soft_wrap=False, width=request.cols if out.isatty() else 200, **common),  # type: ignore[arg-type]
-        "err": Console(file=err, soft_wrap=True, width=request.cols, **common),  # type: ignore[arg-type]
-    }
-
-
 # -- running a command -------------------------------------------------------------------------------------------
 
 
@@ -260,13 +202,17 @@ def run_request(request: Request) -> None:
             if not own_cwd():  # checked at start (Daemon.own_cwd): this does not happen
                 raise RuntimeError("cannot give the request its own working directory")
             os.chdir(request.cwd)
-        LOCAL.stdout, LOCAL.stderr, LOCAL.stdin = out, err, In(request)
-        LOCAL.consoles = _consoles(request, out, err)
-        from drover.cli.app import state
-        from drover.cli.main import main as cli_main
-
-        state.make_context = request.daemon.context_maker(request)
-        code = cli_main(request.argv)
+        env = Environment(
+            stdin=In(request),
+            stdout=out,
+            stderr=err,
+            tty=request.tty,
+            columns=request.cols,
+            # The caller's TERM/COLORTERM/NO_COLOR/FORCE_COLOR/COLUMNS, as rich would have read them there.
+            term=request.term,
+            make_context=request.daemon.context_maker(request),
+        )
+        code = request.daemon.program(request.argv, env)
     except (KeyboardInterrupt, asyncio.CancelledError):
         code = 130
     except BaseException as exc:  # noqa: BLE001 - the client gets a line and an exit code, the daemon goes on
@@ -274,7 +220,5 @@ def run_request(request: Request) -> None:
             code = exc.code
         else:
             err.write(f"drover: internal error in the daemon: {type(exc).__name__}: {exc}\n")
-    finally:
-        LOCAL.stdout = LOCAL.stderr = LOCAL.stdin = LOCAL.consoles = None
     request.send({"t": "exit", "code": int(code)})
     request.loop.call_soon_threadsafe(request.daemon.finished, request)

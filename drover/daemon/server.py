@@ -1,13 +1,13 @@
 """The daemon: one per user and environment, started on first use, gone after an idle timeout.
 
-It listens on a 0600 Unix socket in a 0700 directory of the user's (drover/daemon/paths.py) and checks the peer's
-uid on every connection.  Each request is a `drover` command line: it runs in a thread of its own, through the very
-CLI a direct run uses (drover.cli.main.main), with the caller's argv, working directory, actor, stdin (fetched
-only if the command reads it), terminal (isatty, width, TERM) -- and the caller's environment, which must equal the
-daemon's own on every key the work reads (else the request is refused and the client runs it itself).  So it never
-does more than the command would have done directly (drover/daemon/request.py); what it adds is a pool, shared by
-all requests: one SSH connection per host and up to HELPERS_PER_HOST helper processes kept running on it, the bundle
-shipped once (drover/daemon/pool.py).
+It listens on a 0600 Unix socket in a 0700 directory of the user's (drover/paths.py) and checks the peer's
+uid on every connection.  Each request is a `drover` command line: it runs in a thread of its own, through the
+program `drover daemon` handed the daemon when it started it (the very CLI a direct run uses), with the caller's
+argv, working directory, actor, stdin (fetched only if the command reads it), terminal (isatty, width, TERM) -- and
+the caller's environment, which must equal the daemon's own on every key the work reads (else the request is refused
+and the client runs it itself).  So it never does more than the command would have done directly
+(drover/daemon/request.py); what it adds is a pool, shared by all requests: one SSH connection per host and up to
+HELPERS_PER_HOST helper processes kept running on it, the bundle shipped once (drover/daemon/pool.py).
 
 Write-ahead in both modes: a send's `accepted` event is written by the same code; the daemon tells the client
 `accepting` before it and `accepted` (with the id) after it, and each of those lines is in the client's socket
@@ -33,10 +33,15 @@ import drover
 from drover import paths
 from drover.daemon import wire
 from drover.daemon.pool import Pool, context_class, max_links, raise_descriptor_limit
-from drover.daemon.request import ConsoleSwitch, Request, Switch, own_cwd, run_request
+from drover.daemon.request import Request, own_cwd, run_request
+from drover.environment import Environment
 
 DEFAULT_IDLE_S = 600.0
 HEARTBEAT_S = 1.0  # while a command runs, the client hears from the daemon at least this often (client.SILENCE_TIMEOUT_S)
+
+# What the daemon runs each request through: the `drover` program, `main(argv, env)` -> exit code.  Handed in by
+# whoever starts the daemon (`drover daemon`, drover/cli/daemon_cmds.py): the daemon never imports the CLI.
+Program = Callable[[list[str], Environment], int]
 
 
 # -- the daemon --------------------------------------------------------------------------------------------------
@@ -74,8 +79,9 @@ def _sources() -> dict[str, int]:
 
 
 class Daemon:
-    def __init__(self, path: str, idle_s: float) -> None:
+    def __init__(self, path: str, idle_s: float, program: Program) -> None:
         self.path = path
+        self.program = program
         self.idle_s = idle_s
         self.env = paths.environment()
         self.loop = asyncio.new_event_loop()
@@ -196,11 +202,13 @@ class Daemon:
             return "too late: the caller has given up waiting and runs the command itself"
         if msg.get("env") != self.env:
             return "the caller's environment differs from the daemon's"
-        from drover.daemon.client import HOT, command_of
+        from drover.daemon.client import HOT, asks_completion, command_of
 
         argv = msg.get("argv")
         if not isinstance(argv, list) or command_of([str(a) for a in argv])[0] not in HOT:
             return "the daemon runs only the hot commands (send, ls, status, wait, op, read, log)"
+        if asks_completion([str(a) for a in argv]):
+            return "shell completion is the caller's shell's: it runs there"
         if not self.own_cwd:
             return "requests cannot have their own working directory here (no unshare(CLONE_FS))"
         if self.stopping is not None and self.stopping.is_set():
@@ -302,16 +310,6 @@ class Daemon:
 # -- main --------------------------------------------------------------------------------------------------------
 
 
-class Built:
-    """The typer app, its click command built once (see main)."""
-
-    def __init__(self, command: Any) -> None:
-        self.command = command
-
-    def __call__(self, **kwargs: Any) -> Any:
-        return self.command.main(**kwargs)
-
-
 def idle_setting(explicit: float | None) -> float:
     """--idle, else $DROVER_DAEMON_IDLE_S, else `daemon_idle_s` under [defaults] in the fleet file, else 10 minutes."""
     if explicit is not None:
@@ -347,7 +345,8 @@ def lock(path: str) -> int | None:
     return fd
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None, program: Program) -> int:
+    """Serve requests through `program` until idle, stopped, or stepped aside; the exit code."""
     parser = argparse.ArgumentParser(prog="drover daemon", description="drover's persistent daemon (see drover daemon --help)")
     parser.add_argument("--socket", default=None, help="the socket (default: the one for this environment)")
     parser.add_argument("--idle", type=float, default=None, help="seconds idle before exiting")
@@ -369,25 +368,11 @@ def main(argv: list[str] | None = None) -> int:
         os.unlink(path)  # stale: its daemon is gone (we hold the lock that a live one would hold)
     except FileNotFoundError:
         pass
-    # Import the CLI and the ops now, once, so the first request does not pay for them.
-    import typer.main
-
-    from drover.cli import main as cli
-    from drover.cli import render
-
-    # typer builds its click command from the functions' signatures on every call: ~35 ms, most of a warm
-    # request.  The daemon builds it once; main() then calls it exactly as typer's __call__ would.
-    cli.app = Built(typer.main.get_command(cli.app))  # type: ignore[assignment]
-
-    render.out = ConsoleSwitch("out", render.out)  # type: ignore[assignment]
-    render.err = ConsoleSwitch("err", render.err)  # type: ignore[assignment]
-    sys.stdout = Switch("stdout", sys.stdout)
-    sys.stderr = Switch("stderr", sys.stderr)
-    sys.stdin = Switch("stdin", sys.stdin)
+    # Import the ops now, once, so the first request does not pay for them (the CLI is imported: it started us).
     import drover.ops  # registers every op
     import drover.transport.ssh  # noqa: F401 - imported now, not by the first request
 
-    daemon = Daemon(path, idle_setting(args.idle))
+    daemon = Daemon(path, idle_setting(args.idle), program)
     loop = daemon.loop
     asyncio.set_event_loop(loop)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -398,7 +383,3 @@ def main(argv: list[str] | None = None) -> int:
         loop.close()
         os.close(held)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

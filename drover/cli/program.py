@@ -1,0 +1,115 @@
+"""`main(argv, env)`: the `drover` program with error handling, run against the Environment it is handed.
+
+The typer app is the program without error handling (httpie's split), so errors are turned into one line and an
+exit code in exactly one place.  The command modules register themselves on the app; drover.cli.main imports them
+all, so this module (which the daemon's starter reaches from `drover daemon`) imports none of them.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+from typing import Any
+
+import typer
+import typer.main
+from typer._click._compat import _force_correct_text_writer
+
+from drover.cli import render
+from drover.cli.app import app
+from drover.cli.state import environment, state
+from drover.environment import Environment
+from drover.errors import DroverError, ExitCode
+
+# typer vendors click (typer._click): its Exit, Abort and usage errors are typer's own classes.
+EXIT_ERRORS: tuple[type[BaseException], ...] = (typer.Exit,)
+ABORT_ERRORS: tuple[type[BaseException], ...] = (typer.Abort,)
+USAGE_ERRORS: tuple[type[BaseException], ...] = (typer.TyperException,)
+
+
+def _show_help(ctx: Any, param: Any, value: bool) -> None:
+    """click's --help, printed on the invocation's stdout (click's own prints on sys.stdout), as click prints it."""
+    if value and not ctx.resilient_parsing:
+        typer.echo(ctx.get_help(), file=_force_correct_text_writer(environment().stdout, None, None), color=ctx.color)
+        ctx.exit()
+
+
+def _route_help(command: Any, names: list[str]) -> None:
+    """Give every command's help option _show_help.  click makes a command's help option once and keeps it; it
+    needs of the context only the help option names, which every context inherits from the root's settings."""
+    option = command.get_help_option(types.SimpleNamespace(help_option_names=names))
+    if option is not None:
+        option.callback = _show_help
+    for sub in getattr(command, "commands", {}).values():
+        _route_help(sub, names)
+
+
+@functools.cache
+def command() -> Any:
+    """typer's click command, built once per process: typer builds it from the functions' signatures on every call
+    (~35 ms, most of a warm daemon request).  Called as typer's __call__ would (pretty exceptions are off: nothing
+    of its except hook applies)."""
+    built = typer.main.get_command(app)
+    _route_help(built, list(built.context_settings.get("help_option_names") or ["--help"]))
+    return built
+
+
+def _terminal_width(env: Environment) -> int | None:
+    """The width click formats help to: the caller's terminal (as click would measure its own: 50 to 78), or None
+    for click to measure this process's."""
+    return None if env.columns is None else max(min(env.columns, 80) - 2, 50)
+
+
+def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
+    """The program with error handling: one line per error, a documented exit code, tracebacks only with --debug."""
+    args = sys.argv[1:] if argv is None else argv
+    state.reset(Environment.from_process() if env is None else env)
+    try:
+        return _run(args)
+    finally:
+        # The Environment is this invocation's: a renderer called after it (a test, a script) prints to the
+        # process's streams of that moment, not to streams this invocation was handed.
+        state.env = None
+
+
+def _run(args: list[str]) -> int:
+    env = environment()
+    try:
+        result = int(
+            command().main(args=args, prog_name="drover", standalone_mode=False, terminal_width=_terminal_width(env)) or 0
+        )
+        if result == ExitCode.INTERRUPTED:
+            render.err().print("drover: interrupted", style="red")  # typer turns Ctrl-C into a silent exit 130
+        return result
+    except EXIT_ERRORS as exc:
+        return int(getattr(exc, "exit_code", 0))
+    except ABORT_ERRORS:
+        render.err().print("drover: interrupted", style="red")
+        return ExitCode.INTERRUPTED
+    except USAGE_ERRORS as exc:
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        # The help of the command that was mistyped (`drover fleet add --help`), not the top level's.
+        ctx = getattr(exc, "ctx", None)
+        where = getattr(ctx, "command_path", "") or "drover"
+        render.err().print("drover: " + render.safe(f"{message} (see `{where} --help`)"), style="red")
+        return ExitCode.USAGE
+    except DroverError as exc:
+        if state.debug:
+            raise
+        render.error_list([exc.to_dict()])
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        render.err().print("drover: interrupted", style="red")
+        return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        return ExitCode.OK
+    except Exception as exc:
+        if state.debug:
+            raise
+        render.err().print(
+            "drover: "
+            + render.safe(f"internal error: {type(exc).__name__}: {exc} (a bug: run again with --debug for the traceback)"),
+            style="red",
+        )
+        return ExitCode.INTERNAL
