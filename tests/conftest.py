@@ -17,21 +17,19 @@ from typing import Any
 
 import pytest
 
+from tests.support.tiers import mark_slow
+
 ROOT = Path(__file__).resolve().parents[1]
 SCREENS = Path(__file__).resolve().parent / "screens"
 
 
-# Tests that use these need real programs (tmux, sshd, the Claude Code binary) and take seconds each: they form the
-# `slow` tier.  `pytest -m "not slow"` runs the fast tier (pure functions, the CLI's parsing, the truth file) in
-# seconds.
 ID_ATTR = re.compile(r' from-session="msg_[0-9a-f]+"')
-SLOW_FIXTURES = {"tmux", "sshfleet", "ssh_fleet_started", "claude_binary", "claude_lab"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.slow)
+    # The slow tier: tests that start tmux, sshd, an agent or drover as a process, or wait on the clock
+    # (tests/support/tiers.py reads that from their code).  `pytest -m "not slow"` runs the rest in seconds.
+    mark_slow(items)
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "condition") -> Any:
@@ -171,10 +169,26 @@ class CliResult:
         return json.loads(self.out)
 
 
+@pytest.fixture(scope="session")
+def cli_command() -> Any:
+    """drover's click command, built from its typer app once: typer builds it anew on every call (~85 ms of
+    signature reading), the most of what a fast test costs.  Every call still goes through main()."""
+    import typer.main
+
+    from drover.cli.main import app
+
+    return typer.main.get_command(app)
+
+
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, cli_command: Any) -> Callable[..., CliResult]:
     """Run `drover ARGS` in-process; returns exit code, stdout, stderr."""
-    from drover.cli.main import main
+    import typer.main
+
+    from drover.cli.main import app, main
+
+    build = typer.main.get_command
+    monkeypatch.setattr(typer.main, "get_command", lambda typer_app: cli_command if typer_app is app else build(typer_app))
 
     def run(*args: str, stdin: str | None = None) -> CliResult:
         capsys.readouterr()

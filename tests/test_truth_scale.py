@@ -21,6 +21,9 @@ from drover import truth as truth_module
 from drover.truth import ORDER_SLACK_S, TruthFile, parse
 from tests.conftest import ROOT
 
+# Thousands of events per test, read backwards and by brute force: seconds of work, so the slow tier.
+pytestmark = pytest.mark.slow
+
 OUTCOMES = ["delivered", "queuedBehindTurn", "held", "refused", "dropped", "failed"]
 ACTORS = ["alice", "bob", "carol", "dave", "zoë"]
 HOSTS = ["local", "box-a", "box-b"]
