@@ -19,6 +19,10 @@ import pytest
 
 from tests.support.tiers import mark_slow
 
+# With PYTHONDONTWRITEBYTECODE set (as on the machines here), pytest would rewrite and compile every test module
+# anew on each run, which is most of the fast tier's time: the suite keeps its own compiled files.
+sys.dont_write_bytecode = False
+
 ROOT = Path(__file__).resolve().parents[1]
 SCREENS = Path(__file__).resolve().parent / "screens"
 
@@ -169,26 +173,11 @@ class CliResult:
         return json.loads(self.out)
 
 
-@pytest.fixture(scope="session")
-def cli_command() -> Any:
-    """drover's click command, built from its typer app once: typer builds it anew on every call (~85 ms of
-    signature reading), the most of what a fast test costs.  Every call still goes through main()."""
-    import typer.main
-
-    from drover.cli.main import app
-
-    return typer.main.get_command(app)
-
-
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, cli_command: Any) -> Callable[..., CliResult]:
-    """Run `drover ARGS` in-process; returns exit code, stdout, stderr."""
-    import typer.main
-
-    from drover.cli.main import app, main
-
-    build = typer.main.get_command
-    monkeypatch.setattr(typer.main, "get_command", lambda typer_app: cli_command if typer_app is app else build(typer_app))
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    """Run `drover ARGS` in-process; returns exit code, stdout, stderr.  The click command is built once per
+    process (drover/cli/program.py), so a call costs what the command does, not typer's signature reading."""
+    from drover.cli.main import main
 
     def run(*args: str, stdin: str | None = None) -> CliResult:
         capsys.readouterr()

@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 import drover
-from drover.daemon import client, paths
+from drover import paths
+from drover.daemon import client
 from tests.conftest import drover_process, stays, wait_for
 from tests.support.claudelab import HERE, ClaudeLab, ClaudeSession, expose, own_server_lab
 
