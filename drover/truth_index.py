@@ -114,10 +114,11 @@ def _identity(fd: int, upto: int) -> dict[str, Any]:
 
 
 def _covered(conn: sqlite3.Connection, fd: int, end: int) -> int:
-    """How far the index covers this file; 0, with the index emptied, when it is of another file or state."""
+    """How far the index covers this file; 0, with the index emptied, when it is of another file or state.
+    It may cover more than `end`: another reader, who found the file longer, caught it up."""
     meta = dict(conn.execute("SELECT k, v FROM meta").fetchall())
     upto = meta.get("upto")
-    if isinstance(upto, int) and 0 <= upto <= end and meta == _identity(fd, upto):
+    if isinstance(upto, int) and 0 <= upto <= max(end, os.fstat(fd).st_size) and meta == _identity(fd, upto):
         return upto
     for table in ("meta", "msgs", "outs", "bad"):
         conn.execute(f"DELETE FROM {table}")
