@@ -301,7 +301,10 @@ def query(
                 if conn is None:
                     return None
                 _catch_up(conn, fd, end)
-                return _answer(conn, fd, stats, limit, since_ts, cutoff, filters, host_in)
+                conn.execute("BEGIN")  # one snapshot for the whole answer, whatever another reader commits
+                found = _answer(conn, fd, stats, limit, since_ts, cutoff, filters, host_in)
+                conn.execute("COMMIT")
+                return found
             except sqlite3.OperationalError as exc:  # locked past BUSY_S, a full disk, a read-only file
                 log.debug("drover: index of %s unusable: %s", truth.home, exc)
                 return None
