@@ -371,3 +371,41 @@ def test_filters_that_read_the_whole_file_hold_bounded_memory(isolated: Path, ho
     assert len(found.messages) == 21 and found.complete and all(m.outcome is None for m in found.messages)
     assert peak < 12, f"{peak:.1f} MB"
     assert (home / truth_index.INDEX).is_file() == (how == "index")
+
+
+def test_a_reader_killed_mid_build_leaves_an_index_the_next_one_finishes(isolated: Path) -> None:
+    """SIGKILL in the middle of a catch-up transaction (rows written, not committed): the next reader finds
+    SQLite's journal, gets the index as of the last commit, and catches it up from there."""
+    home = isolated / "home"
+    big_file(home, 8000)
+    crasher = textwrap.dedent(
+        """
+        import os, signal, sys
+        from pathlib import Path
+        from drover import truth_index, truth_query
+        from drover.truth import TruthFile
+        truth_query.SCAN_BUDGET = 0
+        truth_index.BATCH = 1000
+        real, calls = truth_index._index, []
+        def dying(*args):
+            upto = real(*args)
+            calls.append(upto)
+            if len(calls) == 4:
+                os.kill(os.getpid(), signal.SIGKILL)  # inside the transaction, before its COMMIT
+            return upto
+        truth_index._index = dying
+        TruthFile(Path(sys.argv[1])).query(50, pending=True)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", crasher, str(home)], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == -9
+    assert (home / (truth_index.INDEX + "-journal")).exists()  # a hot journal: the transaction was cut short
+    committed = (home / "truth.jsonl").read_bytes().split(b"\n")[:3000]  # three batches of 1,000 lines
+    with sqlite3.connect(home / truth_index.INDEX) as conn:  # opening it rolls the cut transaction back
+        assert conn.execute("SELECT COUNT(*) FROM msgs").fetchone()[0] == sum(b'"accepted"' in raw for raw in committed)
+    truth = TruthFile(home)
+    for q in ({"pending": True, "limit": 100000}, {"actor": "a3", "limit": 30}, {"actor": "nobody"}):
+        assert ask(truth, q, "index")[:3] == ask(truth, q, "scan")[:3], q
+    with sqlite3.connect(home / truth_index.INDEX) as conn:
+        assert conn.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM msgs").fetchone() == (4000, 4000)
+        assert conn.execute("SELECT v FROM meta WHERE k = 'upto'").fetchone()[0] == (home / "truth.jsonl").stat().st_size
