@@ -7,8 +7,10 @@ temporary DROVER_HOME, then runs, as separate processes, R times each:
   log -n 20           python -m drover log -n 20 --json          (the newest 20: read from the end)
   log --since 1h      python -m drover log --since 1h --json     (a time window: stops at the window's start)
   log show OLD        python -m drover log show ID --json        (a message from the first hour of the file)
+  log --pending, first  the same, once, with no index yet        (it builds truth.index beside the file)
   log --pending       python -m drover log --pending --json      (the newest 50 of the 1 in 997 left pending)
-  log --actor nobody  python -m drover log --actor nobody --json (no match: the whole file is read, once)
+  log --actor nobody  python -m drover log --actor nobody --json (no match: answered by the index)
+  log --actor coordinator, --target agent-07, --target nobody    (a common and a rare filter)
   log -n 20, empty    the same command on an empty record        (the floor: interpreter, imports, the CLI)
 
 and prints the median wall time and the peak RSS of each (ru_maxrss of that child, from os.wait4; the last line
@@ -130,31 +132,39 @@ def main() -> int:
         old_id = generate(home / "truth.jsonl", args.events)
         size = (home / "truth.jsonl").stat().st_size
         print(f"truth file: {args.events:,} events, {size / 1e6:.0f} MB, written in {time.perf_counter() - t0:.1f}s")
-        env = {**os.environ, "DROVER_HOME": str(home), "DROVER_FLEET": str(tmp / "no-fleet.toml"), "PYTHONPATH": str(ROOT)}
+        (tmp / "fleet.toml").write_text("")  # an empty fleet: `--target` reads it to tell HOST:ID from an id
+        env = {**os.environ, "DROVER_HOME": str(home), "DROVER_FLEET": str(tmp / "fleet.toml"), "PYTHONPATH": str(ROOT)}
         env["DROVER_DAEMON"] = "0"  # each run its own process, start to end: no daemon answers or is started
         py = [sys.executable]
         commands = [
             ("log -n 20", [*py, "-m", "drover", "log", "-n", "20", "--json"]),
             ("log --since 1h", [*py, "-m", "drover", "log", "--since", "1h", "--json"]),
             ("log show OLD", [*py, "-m", "drover", "log", "show", old_id, "--json"]),
+            ("log --pending, first", [*py, "-m", "drover", "log", "--pending", "--json"]),
             ("log --pending", [*py, "-m", "drover", "log", "--pending", "--json"]),
             ("log --actor nobody", [*py, "-m", "drover", "log", "--actor", "nobody", "--json"]),
+            ("log --actor coordinator", [*py, "-m", "drover", "log", "--actor", "coordinator", "--json"]),
+            ("log --target agent-07", [*py, "-m", "drover", "log", "--target", "agent-07", "--json"]),
+            ("log --target nobody", [*py, "-m", "drover", "log", "--target", "nobody", "--json"]),
             ("log -n 20, empty", [*py, "-m", "drover", "log", "-n", "20", "--json"]),
         ]
-        print(f"{'command':<20} {'wall (median)':>14} {'peak RSS':>10}  answer")
+        print(f"{'command':<24} {'wall (median)':>14} {'peak RSS':>10}  answer")
         for label, cmd in commands:
             if args.only and args.only not in label:
                 continue
             walls, rss, answer = [], 0, ""
             run_env = {**env, "DROVER_HOME": str(tmp / "empty")} if label.endswith("empty") else env
-            for _ in range(args.repeat):
+            once = label.endswith("first")
+            if once:
+                (home / "truth.index").unlink(missing_ok=True)  # a record nobody queried by filter yet
+            for _ in range(1 if once else args.repeat):
                 wall, maxrss, code, out = run(cmd, run_env)
                 walls.append(wall)
                 rss = max(rss, maxrss)
                 if code == 0 and out.strip():
                     data = json.loads(out)["data"]
                     answer = f"{len(data['messages'])} messages" if "messages" in data else f"{data['message']['id']}"
-            print(f"{label:<20} {statistics.median(walls):>12.3f} s {rss / 1024:>7.0f} MB  {answer}")
+            print(f"{label:<24} {statistics.median(walls):>12.3f} s {rss / 1024:>7.0f} MB  {answer}")
         total = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         print(f"peak RSS of any child (getrusage RUSAGE_CHILDREN): {total / 1024:.0f} MB")
     finally:

@@ -31,7 +31,9 @@ def _number(value: Any) -> bool:
     return False
 
 
-_STR_OR_NONE = (str, type(None))
+# Exact types, as JSON decodes them; checked with map() and a set, not a loop in Python: an index build checks
+# every line of the file.
+_STR_OR_NONE_TYPES = {str, type(None)}
 _DICT_OR_NONE = (dict, type(None))
 ACCEPTED_STR = ("time", "actor", "host", "target", "text", "text_sha256")
 OUTCOME_STR = ("time", "lane", "detail", "code", "redirected_from")
@@ -47,7 +49,7 @@ def well_formed(ev: Any) -> bool:
         chars = ev.get("text_chars")
         return (
             ev.get("id").__class__ is str
-            and all(isinstance(ev.get(k), _STR_OR_NONE) for k in ACCEPTED_STR)
+            and set(map(type, map(ev.get, ACCEPTED_STR))) <= _STR_OR_NONE_TYPES
             and (chars is None or chars.__class__ is int)
             and isinstance(ev.get("options"), _DICT_OR_NONE)
         )
@@ -55,7 +57,7 @@ def well_formed(ev: Any) -> bool:
         return (
             ev.get("id").__class__ is str
             and ev.get("outcome").__class__ is str
-            and all(isinstance(ev.get(k), _STR_OR_NONE) for k in OUTCOME_STR)
+            and set(map(type, map(ev.get, OUTCOME_STR))) <= _STR_OR_NONE_TYPES
             and isinstance(ev.get("session"), _DICT_OR_NONE)
         )
     return kind.__class__ is str  # another kind of event (from a newer drover): no reader here uses it
@@ -71,6 +73,11 @@ def parse(raw: bytes) -> dict[str, Any] | None:
     except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reason
         return None
     return ev if well_formed(ev) else None
+
+
+def may_have_arrived(ev: dict[str, Any]) -> bool:
+    """Whether an outcome says the text may have reached the receiver (a later refusal does not undo that)."""
+    return bool(ev.get("indeterminate") or ev.get("pasted") or ev.get("outcome") in ("delivered", "queuedBehindTurn", "held"))
 
 
 @dataclass

@@ -24,7 +24,10 @@ How it scales: readers go backwards from the end in chunks and stop as soon as t
 N messages, the messages since a time, one id), so their cost follows what they return, not the file's size.  An
 outcome event always comes after its accepted event, so reading backwards meets the outcome first.  File order
 is time order up to the moment a writer waits for the lock; readers that stop at a time keep reading
-ORDER_SLACK_S seconds further back to absorb that.  There is no index and no rotation.
+ORDER_SLACK_S seconds further back to absorb that.  A filter whose matches are not in the last SCAN_BUDGET bytes
+(`--pending` on a healthy record, an actor who rarely sends) is answered from `truth.index` beside the file
+(drover/truth_index.py): a cache, caught up from the file's tail, rebuilt when the file is not the one it
+indexed, never believed over the file's lines.  There is no rotation.
 """
 
 from __future__ import annotations

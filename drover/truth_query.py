@@ -8,16 +8,20 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from drover.record import ACCEPTED_PREFIX, PLAIN_ID, PLAIN_VALUE, Message, Query, ReadStats, id_time_range
+from drover.record import ACCEPTED_PREFIX, PLAIN_ID, PLAIN_VALUE, Message, Query, ReadStats, id_time_range, may_have_arrived
 
 ORDER_SLACK_S = 60.0  # how far file order may run ahead of time order (a writer waiting for the lock)
+# How much of the file a filtered query scans backwards before it asks the index (drover/truth_index.py): a
+# filter whose matches are near the end is answered by the scan and never builds or opens an index.
+SCAN_BUDGET = 4 << 20
 
 
-def _may_have_arrived(ev: dict[str, Any]) -> bool:
-    return bool(ev.get("indeterminate") or ev.get("pasted") or ev.get("outcome") in ("delivered", "queuedBehindTurn", "held"))
+class OverBudget(Exception):
+    """The scan read SCAN_BUDGET bytes without finishing its answer: the index answers instead."""
 
 
 class Queries(ABC):
@@ -29,6 +33,10 @@ class Queries(ABC):
     ) -> Iterator[dict[str, Any]]:
         """Well-formed events, newest first."""
 
+    @abstractmethod
+    def _reading(self) -> AbstractContextManager[tuple[int, int, bool] | None]:
+        """(fd, end, settled) for reading, or None when there is no file."""
+
     def _fold_backward(
         self,
         stats: ReadStats,
@@ -36,22 +44,38 @@ class Queries(ABC):
         want: Callable[[dict[str, Any], dict[str, Any] | None], bool] | None = None,
         needle: bytes | None = None,
         reject: Callable[[bytes, dict[str, Any] | None], bool] | None = None,
+        budget: int | None = None,
     ) -> Iterator[Message]:
         """Messages, newest first, each with its latest outcome (met first when reading backwards).
 
         Stops before the first accepted event for which `stop` is true; `want(accepted, outcome)` skips a message
         before it is built.  Two shortcuts spare the JSON parse of lines that cannot be in the answer: with
         `needle`, lines that do not contain those bytes; with `reject(raw, outcome)`, accepted events as drover
-        writes them (their id read from the bytes) that it rules out."""
+        writes them (their id read from the bytes) that it rules out.  With `budget`, raises OverBudget once the
+        lines read add up to more than that many bytes.
+
+        What it holds is the outcomes met whose accepted event is not reached yet (an outcome comes a few lines
+        after its accepted event): whatever becomes of a message, built, rejected or skipped, its entries go."""
         outcomes: dict[str, dict[str, Any]] = {}  # met, waiting for their accepted event (so: a few)
         # Whether any attempt may have reached the receiver (or the first outcome was not the send's own): a
         # later refusal does not make such a message provably unsent.
         uncertain: dict[str, bool] = {}
         oldest: dict[str, dict[str, Any]] = {}
+
+        def forget(msg_id: str) -> dict[str, Any] | None:
+            uncertain.pop(msg_id, None)
+            oldest.pop(msg_id, None)
+            return outcomes.pop(msg_id, None)
+
         skip = None
-        if needle is not None or reject is not None:
+        if needle is not None or reject is not None or budget is not None:
+            read = [0]
 
             def skip(raw: bytes) -> bool:
+                if budget is not None:
+                    read[0] += len(raw) + 1
+                    if read[0] > budget:
+                        raise OverBudget
                 if needle is not None and needle not in raw:
                     return True
                 if reject is None or not raw.startswith(ACCEPTED_PREFIX):
@@ -62,26 +86,28 @@ class Queries(ABC):
                 msg_id = m.group(1).decode()
                 if not reject(raw, outcomes.get(msg_id)):
                     return False
-                outcomes.pop(msg_id, None)
+                forget(msg_id)
                 return True
 
         for ev in self.backward(stats, skip=skip):
             kind = ev["event"]
             if kind == "outcome":
                 outcomes.setdefault(ev["id"], ev)  # the newest outcome wins, as in a forward fold
-                uncertain[ev["id"]] = uncertain.get(ev["id"], False) or _may_have_arrived(ev)
+                uncertain[ev["id"]] = uncertain.get(ev["id"], False) or may_have_arrived(ev)
                 oldest[ev["id"]] = ev
             elif kind == "accepted":
                 if stop is not None and stop(ev):
                     return
-                out = outcomes.pop(ev["id"], None)
-                if want is not None and not want(ev, out):
+                msg_id = ev["id"]
+                if want is not None and not want(ev, outcomes.get(msg_id)):
+                    forget(msg_id)
                     continue
+                out = outcomes.pop(msg_id, None)
                 m = Message.accepted(ev)
                 if out is not None:
                     m.apply(out)
-                    first = oldest.pop(ev["id"], out)
-                    m.uncertain = uncertain.pop(ev["id"], False) or "attempt" in first
+                    first = oldest.pop(msg_id, out)
+                    m.uncertain = uncertain.pop(msg_id, False) or "attempt" in first
                 yield m
 
     def query(
@@ -99,10 +125,38 @@ class Queries(ABC):
         """The newest `limit` matching messages (accepted at or after since_ts), oldest first.
 
         Reads backwards and stops at the limit (plus one, to know whether there are more) or ORDER_SLACK_S before
-        since_ts, so the cost follows the answer.  A filter that matches fewer reads the whole file, once, and
-        parses only the accepted lines it cannot rule out from their bytes (so `stats` counts malformed lines
-        among those it parsed)."""
+        since_ts, so the cost follows the answer.  A filter whose matches are not within the last SCAN_BUDGET
+        bytes is answered from the index beside the file (drover/truth_index.py), caught up to the file's end;
+        where there can be no index, the scan reads on, to the start of the file if it must, holding only the
+        outcomes still waiting for their accepted event.  The scan parses only the accepted lines it cannot rule
+        out from their bytes (so `stats` counts malformed lines among those it parsed); the index counts those in
+        the stretch of the file its answer covers."""
+        filters = {"host": host, "target": target, "actor": actor, "outcome": outcome, "pending": pending}
+        if any(filters.values()) or host_in is not None:
+            try:
+                return self._scan(limit, since_ts, filters, host_in, SCAN_BUDGET)
+            except OverBudget:
+                pass
+            from drover import truth_index  # SQLite is imported only by a query that needs it
+
+            cutoff = None if since_ts is None else since_ts - ORDER_SLACK_S
+            found = truth_index.query(
+                cast(truth_index.Record, self), ReadStats(str(self.path)), limit, since_ts, cutoff, filters, host_in
+            )
+            if found is not None:
+                return found
+        return self._scan(limit, since_ts, filters, host_in, None)
+
+    def _scan(
+        self,
+        limit: int,
+        since_ts: float | None,
+        filters: dict[str, Any],
+        host_in: Callable[[str], bool] | None,
+        budget: int | None,
+    ) -> Query:
         stats = ReadStats(str(self.path))
+        host, target, actor, outcome, pending = (filters[k] for k in ("host", "target", "actor", "outcome", "pending"))
 
         def want(acc: dict[str, Any], out: dict[str, Any] | None) -> bool:
             return not (
@@ -136,7 +190,7 @@ class Queries(ABC):
 
         found: list[Message] = []
         complete = True
-        for m in self._fold_backward(stats, stop, want, reject=reject):
+        for m in self._fold_backward(stats, stop, want, reject=reject, budget=budget):
             if len(found) == limit:
                 complete = False
                 break

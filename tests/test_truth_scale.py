@@ -18,6 +18,7 @@ import pytest
 
 import drover
 from drover import truth as truth_module
+from drover import truth_query
 from drover.truth import ORDER_SLACK_S, TruthFile, parse
 from tests.conftest import ROOT
 
@@ -160,11 +161,16 @@ QUERIES: list[dict[str, Any]] = [
 ]
 
 
+@pytest.mark.parametrize("path", ["scan", "index"])
 @pytest.mark.parametrize("query", QUERIES, ids=[json.dumps(q) for q in QUERIES])
 def test_log_from_the_end_answers_as_a_full_scan(
-    mixed: tuple[Path, list[dict[str, Any]], int], query: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    mixed: tuple[Path, list[dict[str, Any]], int], query: dict[str, Any], path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Both ways a filtered query is answered: the backward scan, and the index beside the file (drover/truth_index.py)
+    that a filter turns to when its matches are not near the end (here at once: no scan budget)."""
     home, msgs, skipped = mixed
+    if path == "index":
+        monkeypatch.setattr(truth_query, "SCAN_BUDGET", 0)
     monkeypatch.setenv("DROVER_FLEET", str(home.parent / "fleet.toml"))
     (home.parent / "fleet.toml").write_text('[hosts.box-a]\nssh = "a"\n[hosts.box-b]\nssh = "b"\n', encoding="utf-8")
     cutoff = None
@@ -175,6 +181,8 @@ def test_log_from_the_end_answers_as_a_full_scan(
     doc = drover.run("messages.list", request)
     assert doc.ok, doc.errors
     data = doc.data
+    filtered = bool(set(query) - {"limit", "since"})
+    assert (home / "truth.index").exists() == (path == "index" and filtered)
 
     host, target = query.get("host"), query.get("target")
     if target and ":" in target and host is None and target.split(":")[0] in HOSTS:  # HOST:ID, for fleet hosts
