@@ -12,6 +12,7 @@ import typer
 
 from drover.cli import (  # noqa: F401 - importing a command module registers it
     commands,
+    connect_cmds,
     daemon_cmds,
     demo,
     fleet_cmds,

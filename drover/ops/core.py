@@ -149,11 +149,11 @@ class Context:
                 self._transports[host] = LocalTransport(host, profiles)
             else:
                 # Imported here so that `--help` and local work never pay for asyncssh.
-                from drover.transport.ssh import SSHTransport
+                from drover.transport.openssh import transport_class
 
                 if self.timeout_s is not None:
                     cfg = cfg.model_copy(update={"connect_timeout": self.timeout_s})
-                self._transports[host] = SSHTransport(host, cfg, self.fleet.defaults, profiles)
+                self._transports[host] = transport_class(cfg)(host, cfg, self.fleet.defaults, profiles)
         return self._transports[host]
 
     def connect_seconds(self, host: str) -> float | None:

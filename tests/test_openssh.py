@@ -1,0 +1,180 @@
+"""`transport = "openssh"`: drover's calls through the system ssh and the user's own config, against the real sshd
+fleet (key logins; the second-factor host is tests/test_openssh_otp.py).  Same answers as asyncssh, bounds that
+hold with a master that never answers, and the traps of riding a master."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import ROOT, remote_agent, wait_for
+from tests.sshfleet import SSHFleet
+
+HARD_BOUND_S = 40
+MASTER_KEYS = {"transport", "master", "control_path", "connect"}  # what fleet check adds for openssh hosts
+BROADCAST_ID = re.compile(
+    r"bc_[0-9a-f]+"
+)  # connect 3 s + request 3 s, Python's start, a loaded machine: a hang fails, slowness does not
+
+
+def use_openssh(fleet: SSHFleet, *hosts: str, extra: str = "") -> None:
+    """The fleet file with `transport = "openssh"` for `hosts`."""
+    text = fleet.fleet_toml(extra)
+    for host in hosts:
+        text = text.replace(f'ssh = "{host}"\n', f'ssh = "{host}"\ntransport = "openssh"\n', 1)
+    fleet.fleet_file.write_text(text, encoding="utf-8")  # type: ignore[attr-defined]
+
+
+def ssh_config(fleet: SSHFleet) -> Path:
+    return fleet.client_home / ".ssh" / "config"
+
+
+def ssh(fleet: SSHFleet, *args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+    """The user's own ssh, as they would type it (their config, their known_hosts)."""
+    return subprocess.run(
+        ["ssh", "-F", str(ssh_config(fleet)), "-o", f"UserKnownHostsFile={fleet.known_hosts}", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def drover(fleet: SSHFleet, *args: str) -> tuple[int, Any, str]:
+    """drover as a real process under a hard bound: a hang fails the test."""
+    env = {**os.environ, "HOME": str(fleet.client_home), "DROVER_FLEET": str(fleet.fleet_file)}  # type: ignore[attr-defined]
+    proc = subprocess.run(
+        [sys.executable, "-m", "drover", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=HARD_BOUND_S,
+        env=env,
+        cwd=str(ROOT),
+        stdin=subprocess.DEVNULL,
+    )
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else None, proc.stderr
+
+
+def control_path(fleet: SSHFleet, host: str) -> str:
+    from drover.fleet import load
+    from drover.transport.openssh_config import OpenSSHCommand
+
+    fleet_doc, _ = load(fleet.fleet_file)  # type: ignore[attr-defined]
+    return OpenSSHCommand(host, fleet_doc.host(host), 5).control_path()
+
+
+def open_master(fleet: SSHFleet, host: str) -> int:
+    """A master for a key-login host, opened as the user would (`-f`: in the background); its pid."""
+    path = control_path(fleet, host)
+    done = ssh(fleet, "-M", "-f", "-N", "-o", "ControlPersist=120", "-o", f"ControlPath={path}", host)
+    assert done.returncode == 0, done.stderr
+    check = ssh(fleet, "-o", f"ControlPath={path}", "-O", "check", host)
+    return int(re.search(r"pid=(\d+)", check.stderr).group(1))  # type: ignore[union-attr]
+
+
+def close_master(fleet: SSHFleet, host: str, pid: int | None = None) -> None:
+    if pid is not None:
+        for sig in (signal.SIGCONT, signal.SIGTERM):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                break
+    ssh(fleet, "-o", f"ControlPath={control_path(fleet, host)}", "-O", "exit", host)
+
+
+def _stable(doc: Any) -> Any:
+    """An op's data without what differs from one run to the next (timings, ids, clocks)."""
+    volatile = {"rtt_ms", "connect_ms", "at", "id", "msg_id", "seconds", "took_ms", "waited_s", "ts", "sent_at", "created"}
+    volatile |= {"since", "screen", "tail", "lines", "last_lines"}
+    if isinstance(doc, dict):
+        return {k: _stable(v) for k, v in doc.items() if k not in volatile and k not in MASTER_KEYS}
+    if isinstance(doc, list):
+        return [_stable(v) for v in doc]
+    return doc
+
+
+def test_both_transports_give_the_same_answers(sshfleet: SSHFleet, isolated: Path, cli: Any) -> None:
+    """ls, status, send (paste lane), read, wait, broadcast and fleet check over asyncssh, then over the system ssh
+    (no master: key logins need none), on the same hosts: the same data."""
+    panes = {h: remote_agent(sshfleet, h, "agent", isolated) for h in ("h1", "h2")}
+    answers: dict[str, list[Any]] = {}
+    for transport, tag in (("asyncssh", "run-a"), ("openssh", "run-o")):
+        use_openssh(sshfleet, *(["h1", "h2", "h3"] if transport == "openssh" else []))
+        runs = [
+            cli("ls", "--json"),
+            cli("status", "h1:agent", "--json"),
+            cli("--actor", "tester", "send", "h2:agent", f"over {tag}", "--json"),
+            cli("read", "h2:agent", "--json"),
+            cli("wait", "h1:agent", "--until", "idle", "--timeout", "10", "--json"),
+            cli("--actor", "tester", "broadcast", f"hello all over {tag}", "--host", "h1,h2", "--json"),
+            cli("fleet", "check", "--host", "h1,h2,h3", "--json"),
+        ]
+        for res in runs:
+            assert res.code == 0, (transport, res.err, res.out)
+        # The texts sent name their transport: that is the one difference allowed.
+        answers[transport] = [_stable(json.loads(BROADCAST_ID.sub("bc_", r.out.replace(tag, "T")))["data"]) for r in runs]
+        wait_for(lambda: any(f"over {tag}" in m for m in panes["h2"].messages()), what=f"the send over {transport}")  # noqa: B023
+    # fleet check says, for each openssh host, that no master is up (key logins need none) and how to open one.
+    rows = json.loads(runs[-1].out)["data"]["hosts"]
+    assert [(r["transport"], r["master"]) for r in rows] == [("openssh", "down")] * 3
+    template = str(sshfleet.client_home / ".ssh" / "drover-%C")
+    assert rows[0]["connect"].startswith("ssh -F ") and rows[0]["connect"].endswith(
+        f" -M -o ControlPersist=8h -o ControlPath={template} h1 true"
+    )
+    assert re.fullmatch(re.escape(template).replace("%C", "[0-9a-f]{40}"), rows[0]["control_path"]), rows[0]
+    sent = answers["openssh"][2]
+    assert sent["outcome"] == "delivered" and sent["host"] == "h2"
+    for name, a, o in zip(("ls", "status", "send", "read", "wait", "broadcast", "check"), *answers.values(), strict=True):
+        if name == "read":  # what the screen shows: the second run's screen holds the first send too
+            assert set(a) == set(o)
+            continue
+        assert a == o, (
+            name,
+            [(x, y) for x, y in zip(json.dumps(a).split(","), json.dumps(o).split(","), strict=False) if x != y],
+        )
+
+
+def test_a_master_that_never_answers_is_bounded_and_named(sshfleet: SSHFleet) -> None:
+    """A master stopped with SIGSTOP accepts on its socket and never replies: ConnectTimeout does not cover that.
+    The call ends at its bound with the whole ssh process group killed, and fleet check names the master."""
+    use_openssh(sshfleet, "h1")
+    text = sshfleet.fleet_file.read_text()  # type: ignore[attr-defined]
+    text = text.replace("connect_timeout = 5.0\nrequest_timeout = 20.0", "connect_timeout = 2.0\nrequest_timeout = 2.0")
+    sshfleet.fleet_file.write_text(text)  # type: ignore[attr-defined]
+    pid = open_master(sshfleet, "h1")
+    try:
+        code, doc, err = drover(sshfleet, "ls", "--host", "h1")
+        assert code == 0, err  # through the master, while it answers
+        os.kill(pid, signal.SIGSTOP)
+        code, doc, _err = drover(sshfleet, "ls", "--host", "h1")
+        assert code != 0, doc
+        error = doc["errors"][0]
+        assert error["code"] == "timeout" and "master" in error["message"], error
+        # Every ssh drover started is gone (its process group killed at the bound): none is left on the socket.
+        path = control_path(sshfleet, "h1")
+        assert not _processes_with(path), "an ssh of drover's outlived its bound"
+        code, doc, _err = drover(sshfleet, "fleet", "check", "--host", "h1")
+        row = doc["data"]["hosts"][0]
+        assert row["master"] == "not answering" and "drover connect" not in row.get("connect", "x")
+    finally:
+        close_master(sshfleet, "h1", pid)
+
+
+def _processes_with(text: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if text.encode() in cmdline and b"-o ControlMaster=no" in cmdline and state not in ("Z", "X"):
+                pids.append(int(entry))
+    return pids
