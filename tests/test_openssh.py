@@ -4,10 +4,12 @@ hold with a master that never answers, and the traps of riding a master."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +180,118 @@ def _processes_with(text: str) -> list[int]:
             if text.encode() in cmdline and b"-o ControlMaster=no" in cmdline and state not in ("Z", "X"):
                 pids.append(int(entry))
     return pids
+
+
+def test_the_users_controlmaster_auto_is_ridden_never_started_by_drover(sshfleet: SSHFleet) -> None:
+    """The user's `ControlMaster auto` + `ControlPersist`: drover rides their master when one is up and never starts
+    one itself -- a master forked by drover's ssh would outlive the call holding what it inherited, and would not
+    be the user's."""
+    config = ssh_config(sshfleet)
+    kept = config.read_text()
+    user_path = f"{sshfleet.root}/cm-%C"
+    config.write_text(f"Host h1\n    ControlMaster auto\n    ControlPersist 60\n    ControlPath {user_path}\n" + kept)
+    try:
+        use_openssh(sshfleet, "h1")
+        assert control_path(sshfleet, "h1").startswith(f"{sshfleet.root}/cm-")  # the user's, expanded by ssh
+        code, _doc, err = drover(sshfleet, "ls", "--host", "h1")
+        assert code == 0, err
+        check = ssh(sshfleet, "-O", "check", "h1")
+        assert check.returncode != 0, f"drover's call left a master behind: {check.stderr}"
+        # With the user's master up, drover's calls ride it: sshd sees no new connection.
+        pid = open_master(sshfleet, "h1")
+        try:
+            mark = sshfleet.log_mark()
+            for _ in range(2):
+                assert drover(sshfleet, "ls", "--host", "h1")[0] == 0
+            assert sshfleet.connections(mark)["h1"] == 0
+        finally:
+            close_master(sshfleet, "h1", pid)
+    finally:
+        config.write_text(kept)
+
+
+def test_a_stale_socket_is_named_and_drover_connect_replaces_it(sshfleet: SSHFleet) -> None:
+    """A master that died leaves its socket: fleet check says `stale`, and `drover connect` removes it first (ssh -M
+    would otherwise refuse the path and open a master nobody can reach)."""
+    use_openssh(sshfleet, "h1")
+    from drover.fleet import load
+    from drover.transport.openssh_config import OpenSSHCommand
+
+    doc, _ = load(sshfleet.fleet_file)  # type: ignore[attr-defined]
+    path = OpenSSHCommand("h1", doc.host("h1"), 5).control_socket()
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(path)
+    dead.close()  # the file stays, with nobody listening: a master killed with SIGKILL
+    try:
+        _code, doc, _err = drover(sshfleet, "fleet", "check", "--host", "h1")
+        assert doc["data"]["hosts"][0]["master"] == "stale"
+        code, _out, err = drover_plain(sshfleet, "connect", "h1")
+        assert code == 0 and "the master for h1 is up" in err, err
+        _code, doc, _err = drover(sshfleet, "fleet", "check", "--host", "h1")
+        assert doc["data"]["hosts"][0]["master"] == "up"
+        code, _out, err = drover_plain(sshfleet, "connect", "h1")
+        assert code == 0 and "already up" in err, err
+    finally:
+        close_master(sshfleet, "h1")
+        Path(path).unlink(missing_ok=True)
+
+
+def drover_plain(fleet: SSHFleet, *args: str) -> tuple[int, str, str]:
+    env = {**os.environ, "HOME": str(fleet.client_home), "DROVER_FLEET": str(fleet.fleet_file)}  # type: ignore[attr-defined]
+    proc = subprocess.run(
+        [sys.executable, "-m", "drover", *args],
+        capture_output=True,
+        text=True,
+        timeout=HARD_BOUND_S,
+        env=env,
+        cwd=str(ROOT),
+        stdin=subprocess.DEVNULL,
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_a_control_path_too_long_for_a_socket_is_never_used(sshfleet: SSHFleet, monkeypatch: Any) -> None:
+    """ssh binds the master's socket at the path plus 17 bytes before renaming it: a ControlPath within 17 bytes of
+    the socket limit fails only when the master is opened.  drover uses a short one of its own and says why."""
+    from drover.transport import openssh_config
+    from drover.transport.openssh_master import describe
+
+    config = ssh_config(sshfleet)
+    kept = config.read_text()
+    long_dir = sshfleet.root / ("d" * 60)
+    config.write_text(f"Host h1\n    ControlPath {long_dir}/%C\n" + kept)
+    try:
+        use_openssh(sshfleet, "h1")
+        from drover.fleet import load
+
+        doc, _ = load(sshfleet.fleet_file)  # type: ignore[attr-defined]
+        command = openssh_config.OpenSSHCommand("h1", doc.host("h1"), 5)
+        assert command.user_control_path() and len(command.user_control_path() or "") + 17 >= 104
+        assert command.control_path() == str(sshfleet.client_home / ".ssh" / "drover-%C")
+        row = asyncio.run(describe(command, 5))
+        assert "over the socket limit" in row["control_path_note"] and len(row["control_path"]) + 17 < 104, row
+        assert drover(sshfleet, "ls", "--host", "h1")[0] == 0
+    finally:
+        config.write_text(kept)
+    # A home too deep for drover's own default: a private directory under /tmp instead.
+    deep = sshfleet.root / ("h" * 80)
+    deep.mkdir(exist_ok=True)
+    monkeypatch.setenv("HOME", str(deep))
+    path = openssh_config.drover_control_path()
+    assert path == f"/tmp/drover-ssh-{os.getuid()}/%C" and openssh_config.socket_fits(path.replace("%C", "c" * 40))
+
+
+def test_ssh_failures_and_the_remote_commands_own_are_told_apart(sshfleet: SSHFleet) -> None:
+    """Exit 255 is ssh's own failure (here: a host key nobody trusts), anything else the remote command's (here:
+    no such interpreter, 127): each named as over asyncssh."""
+    extra = (
+        f'[hosts.nokey]\nssh = "{sshfleet.spare[0]}"\nport = {sshfleet.port}\nuser = "{sshfleet.user}"\n'
+        f'identity = "{sshfleet.client_key}"\ntransport = "openssh"\n'
+    )
+    use_openssh(sshfleet, "h1", extra=extra)
+    text = sshfleet.fleet_file.read_text().replace('ssh = "h1"\n', 'ssh = "h1"\npython = "python9"\n', 1)  # type: ignore[attr-defined]
+    sshfleet.fleet_file.write_text(text)  # type: ignore[attr-defined]
+    _code, doc, _err = drover(sshfleet, "fleet", "check", "--host", "h1,nokey")
+    rows = {r["host"]: r for r in doc["data"]["hosts"]}
+    assert rows["h1"]["error"]["code"] == "python_missing" and rows["h1"]["shell"] is True, rows["h1"]
+    assert rows["nokey"]["error"]["code"] == "unknown_host_key" and rows["nokey"]["host_key"] is False, rows["nokey"]
