@@ -117,8 +117,6 @@ class OpenSSHCommand:
                 self._control = self._socket = user
             else:
                 self._control = drover_control_path()
-                # ssh expands %C (a hash of the endpoints) itself: asked, it says which socket that is.
-                self._socket = self._ssh_g(["-o", f"ControlPath={self._control}"]).get("controlpath", self._control)
         return self._resolved
 
     def _ssh_g(self, options: list[str]) -> dict[str, str]:
@@ -163,8 +161,10 @@ class OpenSSHCommand:
 
     def control_socket(self) -> str:
         """That ControlPath as ssh expands it: the socket's file."""
-        self.resolved()
-        assert self._socket is not None
+        control = self.control_path()
+        if self._socket is None:
+            # ssh expands %C (a hash of the endpoints) itself: asked, it says which socket that is.
+            self._socket = self._ssh_g(["-o", f"ControlPath={control}"]).get("controlpath", control)
         return self._socket
 
     def _control_option(self) -> list[str]:
