@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -295,3 +296,69 @@ def test_ssh_failures_and_the_remote_commands_own_are_told_apart(sshfleet: SSHFl
     rows = {r["host"]: r for r in doc["data"]["hosts"]}
     assert rows["h1"]["error"]["code"] == "python_missing" and rows["h1"]["shell"] is True, rows["h1"]
     assert rows["nokey"]["error"]["code"] == "unknown_host_key" and rows["nokey"]["host_key"] is False, rows["nokey"]
+
+
+def test_both_transports_trust_the_same_host_keys(sshfleet: SSHFleet, isolated: Path) -> None:
+    """drover's own known_hosts is passed to ssh: a key only drover trusts is trusted over either transport;
+    accept_new records where asyncssh records; `StrictHostKeyChecking no` in the user's config is not obeyed."""
+    from drover.transport.host_keys import drover_known_hosts
+
+    trusted, fresh = sshfleet.spare
+    entry = 'ssh = "{addr}"\nport = {port}\nuser = "{user}"\nidentity = "{key}"\ntransport = "openssh"\n'
+    common = {"port": sshfleet.port, "user": sshfleet.user, "key": sshfleet.client_key}
+    extra = f"[hosts.mine]\n{entry.format(addr=trusted, **common)}[hosts.new]\n{entry.format(addr=fresh, **common)}"
+    use_openssh(sshfleet, extra=extra)
+    key = sshfleet.host_key_line.split()
+    drover_known_hosts().parent.mkdir(parents=True, exist_ok=True)
+    drover_known_hosts().write_text(f"[{trusted}]:{sshfleet.port} {key[0]} {key[1]}\n")
+    config = ssh_config(sshfleet)
+    kept = config.read_text()
+    config.write_text(f"Host {fresh}\n    StrictHostKeyChecking no\n" + kept)
+    try:
+        _code, doc, _err = drover(sshfleet, "fleet", "check", "--host", "mine,new")
+        rows = {r["host"]: r for r in doc["data"]["hosts"]}
+        assert rows["mine"]["ok"], rows["mine"]
+        assert rows["new"]["error"]["code"] == "unknown_host_key", rows["new"]
+        # accept_new: trusted on first use, recorded in drover's known_hosts -- where the asyncssh transport looks.
+        text = sshfleet.fleet_file.read_text()  # type: ignore[attr-defined]
+        sshfleet.fleet_file.write_text(text.replace(f'ssh = "{fresh}"\n', f'ssh = "{fresh}"\naccept_new = true\n'))  # type: ignore[attr-defined]
+        _code, doc, _err = drover(sshfleet, "fleet", "check", "--host", "new")
+        assert doc["data"]["hosts"][0]["ok"], doc
+        assert f"[{fresh}]:{sshfleet.port}" in drover_known_hosts().read_text()
+    finally:
+        config.write_text(kept)
+    sshfleet.fleet_file.write_text(sshfleet.fleet_file.read_text().replace('transport = "openssh"\n', ""))  # type: ignore[attr-defined]
+    _code, doc, _err = drover(sshfleet, "fleet", "check", "--host", "mine,new")
+    assert all(r["ok"] for r in doc["data"]["hosts"]), doc  # and asyncssh agrees on both
+
+
+def test_what_an_ssh_leaves_holding_its_pipes_never_holds_a_call() -> None:
+    """An ssh whose child outlives it holding stdout and stderr (a master forked under ControlPersist, a
+    ProxyCommand): the answer is read up to its frame, the exit status is not waited for through the pipes, and the
+    whole group is killed -- a communicate() would wait until the child ended (here: 300 s, the test's bound)."""
+    from drover.remote.main import frame
+    from drover.transport.openssh import SSHProcess
+
+    answer = frame({"helper": 2, "ok": True, "data": "hi"})
+    script = f"sleep 300 & printf %s {shlex.quote(answer.decode())}; exit 0"
+
+    async def run() -> tuple[Any, int | None, list[int]]:
+        proc = await SSHProcess.start(["sh", "-c", script])
+        got = await asyncio.wait_for(proc.answer(), 20)
+        status = await proc.status(20)
+        group = [int(p) for p in os.listdir("/proc") if p.isdigit() and _pgid(int(p)) == proc.proc.pid]
+        await asyncio.wait_for(proc.reap(), 20)
+        return got, status, group
+
+    got, status, group = asyncio.run(asyncio.wait_for(run(), 60))
+    assert got[0]["data"] == "hi" and status == 0
+    assert group, "the background child was not in ssh's group: this test tests nothing"
+    wait_for(lambda: all(_pgid(p) is None for p in group), what="the group killed")
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[2])

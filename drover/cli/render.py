@@ -364,6 +364,8 @@ def _master_line(row: dict[str, Any]) -> None:
         out.print(Text(f"{host}: OpenSSH master up ({row.get('control_path')})"))
     elif state is None:
         err.print(Text(f"{host}: OpenSSH master unknown: {row.get('master_error')}"), style="yellow")
+    elif row.get("ok"):  # the login worked without one (a key, a Kerberos ticket): a master would only be faster
+        out.print(Text(f"{host}: no OpenSSH master ({state}); logins work without one; `drover connect {host}` opens one"))
     else:
         err.print(
             Text(f"{host}: no OpenSSH master ({state}): open it with `drover connect {host}` (runs: {row.get('connect')})"),

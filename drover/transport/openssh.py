@@ -110,8 +110,11 @@ class SSHProcess:
             self.errfile.close()
 
     async def reap(self) -> None:
-        """Kill it and let the loop see it go (bounded), so nothing of it outlives the loop that started it."""
+        """Kill it and its group -- also when ssh itself has exited: what it left in its group (a ProxyCommand, a
+        background child) may hold its pipes -- and let the loop see it go (bounded)."""
         self.kill()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(TimeoutError, DroverError):
             await bounded(self.proc.wait(), 2)
 

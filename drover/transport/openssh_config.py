@@ -178,6 +178,10 @@ class OpenSSHCommand:
                 path = str(Path(extra).expanduser())
                 if path not in files:
                     files.append(path)
+        if self.cfg.accept_new:
+            # ssh records a key it accepts in the first file: the one the asyncssh transport records into.
+            record = str(Path(self.cfg.known_hosts).expanduser()) if self.cfg.known_hosts else str(drover_known_hosts())
+            files = [record, *(f for f in files if f != record)]
         quoted = " ".join(f'"{f}"' if " " in f else f for f in files)
         return ["-o", f"UserKnownHostsFile={quoted}"]
 

@@ -163,7 +163,8 @@ class SSHTransport:
                     host=self.host,
                     code=P.SECOND_FACTOR,
                     hint=f'reach it through your own OpenSSH master: set transport = "openssh" under [hosts.{self.host}] '
-                    f"in fleet.toml, then open the master once with `drover connect {self.host}`",
+                    f"in fleet.toml, then open the master once with `drover connect {self.host}` (if your key alone "
+                    "should let you in, check the host's `identity` and `user` instead)",
                 ) from None
             raise TransportError(
                 f"authentication refused by {where}: {exc.reason}",
