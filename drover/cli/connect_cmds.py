@@ -8,13 +8,13 @@ import typer
 
 from drover.cli import render
 from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, TimeoutOpt, app, common, context, examples
+from drover.cli.completion import complete_hosts
 from drover.errors import UsageError
-from drover.fleet import LOCAL
 
 
 @app.command("connect", epilog=examples("drover connect hpc-login", "drover connect hpc-login --print"))
 def connect(
-    host: Annotated[str, typer.Argument(help='a host of the fleet with transport = "openssh"')],
+    host: Annotated[str, typer.Argument(help='a host of the fleet with transport = "openssh"', autocompletion=complete_hosts)],
     print_only: Annotated[bool, typer.Option("--print", help="print the ssh command instead of running it")] = False,
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
@@ -23,6 +23,8 @@ def connect(
 ) -> None:
     """Open the OpenSSH master a `transport = "openssh"` host's calls ride: you type the second factor once (it is
     never stored); every later drover command reaches the host through the master, with no prompt."""
+    from drover.fleet import LOCAL  # here: `--help` must not load pydantic
+
     common(fleet, actor, debug, timeout)
     ctx = context()
     cfg = ctx.fleet.host(host)
