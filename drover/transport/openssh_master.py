@@ -40,19 +40,16 @@ async def master_state(ssh: OpenSSHCommand, seconds: float) -> str:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    # No pipes (all DEVNULL): wait() ends when ssh does, and leaves nothing for a closed loop to clean up.
     try:
-        code = await asyncio.wait_for(_exited(proc), seconds)
+        code = await asyncio.wait_for(proc.wait(), seconds)
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 2)
         return HUNG
     return UP if code == 0 else STALE
-
-
-async def _exited(proc: asyncio.subprocess.Process) -> int:
-    while proc.returncode is None:  # polled: see SSHProcess.status
-        await asyncio.sleep(0.02)
-    return proc.returncode
 
 
 async def describe(ssh: OpenSSHCommand, seconds: float) -> dict[str, Any]:
