@@ -1,7 +1,8 @@
 """A host that wants the key *and* a one-time code at every login (keyboard-interactive through PAM): asyncssh
 cannot reach it and fleet check says why; with `transport = "openssh"` one master, opened once with the code typed
 at a terminal (a pseudo-terminal here, as a person would), carries every later command -- direct or through the
-daemon -- with no prompt, and its end is one clear line naming `drover connect`."""
+daemon, the paste lane and a real Claude Code's inbox lane -- with no prompt, and its end is one clear line naming
+`drover connect`."""
 
 from __future__ import annotations
 
@@ -201,4 +202,32 @@ def test_the_daemon_keeps_its_helpers_on_the_master(otp: SSHFleet, isolated: Pat
     assert code != 0 and doc["errors"][0]["code"] in ("no_master", "connection_lost"), doc
     code, doc, err = drover("ls", "--host", "h1", "--json")
     assert code != 0 and doc["errors"][0]["code"] == "no_master" and "drover connect h1" in doc["errors"][0]["hint"], doc
+    assert len(otp.otp_attempts()) == before
+
+
+def test_the_inbox_lane_rides_the_master(
+    otp: SSHFleet, claude_binary: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """A real Claude Code session on the second-factor host: `send` goes through its inbox, over the master."""
+    import shutil
+
+    from tests.claudelab import ClaudeLab
+
+    monkeypatch.setenv("TMUX_TMPDIR", otp.host_env("h1")["TMUX_TMPDIR"])
+    home = otp.host_home("h1")
+    lab = ClaudeLab(home / "claude", claude_binary, home=home)
+
+    def cleanup() -> None:
+        for path in (home / "claude", home / ".claude"):
+            shutil.rmtree(path, ignore_errors=True)
+
+    request.addfinalizer(cleanup)
+    session = lab.start("remote-a")
+    connect_at_a_terminal(otp)
+    before = len(otp.otp_attempts())
+    code, doc, err = drover("--actor", "tester", "send", "h1:remote-a", "through the inbox and the master", "--json")
+    assert code == 0, err
+    assert (doc["data"]["outcome"], doc["data"]["lane"]) == ("delivered", "inbox"), doc
+    peers = wait_for(session.peer_messages, timeout=20)
+    assert peers[-1]["origin"]["body"] == "through the inbox and the master"
     assert len(otp.otp_attempts()) == before
