@@ -1,6 +1,6 @@
 """Fan-out benchmark: `drover ls` across N loopback SSH hosts, next to OpenSSH and parallel-ssh in the same run.
 
-Not a test: it prints numbers and ratios, and asserts nothing. It starts its own sshd (tests/sshfleet.py) with
+Not a test: it prints numbers and ratios, and asserts nothing. It starts its own sshd (tests/support/sshfleet.py) with
 N hosts on 127.0.0.11.., accepting only curve25519-sha256 (OpenSSH's default post-quantum exchange costs more than
 asyncssh's curve25519, which flattered drover), then times, R times each, with the same ~/.ssh/config and keys:
 
@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.sshfleet import SSHFleet  # noqa: E402
+from tests.support.sshfleet import SSHFleet  # noqa: E402
 
 
 def timed(cmd: list[str], env: dict[str, str], stdin: str | None = None) -> tuple[float, float, int]:

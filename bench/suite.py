@@ -1,7 +1,7 @@
 """drover against its peers, from one run: every ratio of issue 11's table, with client CPU and peak memory.
 
 Not a test: it prints numbers and asserts nothing (`bench/run` is the way in). It starts N loopback sshd hosts
-(tests/sshfleet.py) that accept only curve25519-sha256, and writes `KexAlgorithms curve25519-sha256` into the
+(tests/support/sshfleet.py) that accept only curve25519-sha256, and writes `KexAlgorithms curve25519-sha256` into the
 client's ssh config, which OpenSSH, parallel-ssh (it runs ssh) and asyncssh (drover; it reads ~/.ssh/config)
 all honour: every tool pays the same key exchange, ed25519 keys on both sides. Then, R rounds, each drover run
 paired with its peer's in the same round (so a neighbour's load falls on both):
@@ -46,7 +46,7 @@ import measure  # noqa: E402
 from measure import Sample, Series, run  # noqa: E402
 from truthlog import generate  # noqa: E402
 
-from tests.sshfleet import SSHFleet  # noqa: E402
+from tests.support.sshfleet import SSHFleet  # noqa: E402
 
 KEX = "curve25519-sha256"
 PY = sys.executable

@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 from drover.daemon import client as daemon_client
 from drover.daemon import library as daemon_library
 from drover.daemon.pool import LinkedTransport, Pool
-from drover.fleet import LOCAL
 from drover.ops import Context, run_async
 
 T = TypeVar("T")
@@ -82,11 +81,10 @@ class _PoolContext(Context):
 
     def transport(self, host: str) -> Any:
         if host not in self._transports:
-            cfg = self.fleet.host(host)  # unknown host -> UnknownHost
-            if host == LOCAL and not cfg.ssh:
+            route = self.route(host)  # unknown host -> UnknownHost
+            if route.local:
                 return super().transport(host)
-            profiles = self.fleet.profile_overrides()
-            self._transports[host] = LinkedTransport(self.pool, host, cfg, self.fleet.defaults, profiles)
+            self._transports[host] = LinkedTransport(self.pool, host, route.config, route.defaults, dict(route.profiles))
         return self._transports[host]
 
 
@@ -255,8 +253,11 @@ class Client:
             self._finalizer.detach()
         if loop is None or thread is None:
             return
+        work = self._core.close()
         try:
-            asyncio.run_coroutine_threadsafe(self._core.close(), loop).result(timeout=10)
+            asyncio.run_coroutine_threadsafe(work, loop).result(timeout=10)
+        except RuntimeError:
+            work.close()  # its loop is closed already (the process is exiting): never left un-awaited
         except Exception:  # noqa: BLE001 - closing is best effort; the process may be exiting
             pass
         loop.call_soon_threadsafe(loop.stop)

@@ -13,7 +13,7 @@ from drover.remote import protocol as P
 
 
 class ExitCode(IntEnum):
-    """The process exit codes drover documents (README, `drover --help`)."""
+    """The process exit codes drover documents (docs/cli.md, `drover --help`)."""
 
     OK = 0  # delivered or queued; the op succeeded
     INTERNAL = 1  # a bug in drover: please report it (run with --debug for the traceback)

@@ -16,10 +16,12 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from drover import paths
 from drover.errors import ConfigError, FleetInvalid, TargetError, UnknownHost, UsageError
 from drover.fleet_engines import EngineProfile, SpawnEngine, _Strict, check_regexes
 from drover.fleet_lines import deep_line, problems, strange_values
-from drover.fleet_schedule import MAX_DURATION_S, duration_s, quiet_minutes
+from drover.fleet_schedule import quiet_minutes
+from drover.paths import MAX_DURATION_S, duration_s
 from drover.remote import protocol as P
 
 LOCAL = "local"
@@ -312,8 +314,7 @@ def _known_tags(fleet: Fleet, tags: list[str]) -> None:
 
 
 def default_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "drover" / "fleet.toml"
+    return Path(paths.default_fleet())
 
 
 def find_path(explicit: str | os.PathLike[str] | None = None) -> tuple[Path, bool]:
@@ -324,9 +325,9 @@ def find_path(explicit: str | os.PathLike[str] | None = None) -> tuple[Path, boo
                 "--fleet is empty: name a fleet file", hint="or leave --fleet out to use $DROVER_FLEET or the default"
             )
         return Path(explicit).expanduser(), True
-    env = os.environ.get("DROVER_FLEET")
-    if env:
-        return Path(env).expanduser(), True
+    named = paths.named_fleet()
+    if named:
+        return Path(named).expanduser(), True
     return default_path(), False
 
 

@@ -69,11 +69,9 @@ def columns() -> int:
 
 
 def _home() -> str:
-    env = os.environ.get("DROVER_HOME")
-    if env:
-        return os.path.expanduser(env)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "drover")
+    from drover import paths  # here: `drover --version` needs no path
+
+    return paths.home()
 
 
 def _help_key() -> str:

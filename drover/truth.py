@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from drover import paths
 from drover.errors import TruthFileError
 from drover.record import (  # noqa: F401 - Message and well_formed are part of this module's interface
     VERSION,
@@ -63,11 +64,8 @@ log = logging.getLogger("drover.truth")
 
 
 def default_home() -> Path:
-    env = os.environ.get("DROVER_HOME")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "drover"
+    """The drover home (drover/paths.py says where)."""
+    return Path(paths.home())
 
 
 def new_message_id() -> str:

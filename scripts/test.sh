@@ -26,7 +26,7 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python - <<'PY'
 import sys
-sys.path.insert(0, "tests")
+sys.path.insert(0, "tests/support")
 # The real agents the tests run, from npm, into ~/.cache/drover-test/ if they are missing there.
 import claudelab, codexlab, geminilab
 for name, lab in (("claude code", claudelab), ("codex", codexlab), ("gemini-cli", geminilab)):

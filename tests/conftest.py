@@ -209,7 +209,7 @@ def drover_process(*args: str, stdin: str | None = None, timeout: float = 60, en
 
 @pytest.fixture(scope="session")
 def ssh_fleet_started() -> Iterator[Any]:
-    from tests.sshfleet import SSHD, SSHFleet
+    from tests.support.sshfleet import SSHD, SSHFleet
 
     if not Path(SSHD).exists():
         pytest.fail("openssh-server is not installed: the README's test command installs it")
@@ -266,7 +266,7 @@ def helper_pids(host: str) -> list[int]:
 
 @pytest.fixture(scope="session")
 def claude_binary() -> Path:
-    from tests.claudelab import ensure_binary
+    from tests.support.claudelab import ensure_binary
 
     path, why = ensure_binary()
     if path is None:
@@ -278,7 +278,7 @@ def claude_binary() -> Path:
 
 @pytest.fixture
 def claude_lab(claude_binary: Path, tmux: Tmux, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    from tests.claudelab import ClaudeLab
+    from tests.support.claudelab import ClaudeLab
 
     root = Path(tempfile.mkdtemp(prefix="drc-"))
     lab = ClaudeLab(root, claude_binary)

@@ -1,6 +1,6 @@
 """drover as a library for scripts (drover/api.py): drover.run / drover.arun / Client / AsyncClient answer the
 document `drover op` prints, keep their SSH connections between calls (counted by sshd itself), and work inside
-a running event loop; the README's coordinator runs as written."""
+a running event loop; the coordinator in docs/library.md runs as written."""
 
 from __future__ import annotations
 
@@ -21,18 +21,18 @@ import pytest
 import drover
 from drover import api
 from tests.conftest import ROOT, Tmux, drover_process, remote_agent, stays, wait_for
-from tests.sshfleet import SSHFleet
+from tests.support.sshfleet import SSHFleet
 from tests.test_daemon import fleet_helpers, persistent, running, status  # noqa: F401 - persistent is a fixture
 
 KEYS = {"drover", "op", "ok", "data", "errors"}
 
 
 def readme_coordinator() -> str:
-    """The README's coordinator script, as printed there."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The coordinator script of docs/library.md, as printed there."""
+    text = (ROOT / "docs" / "library.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     found = [b for b in blocks if b.startswith('"""coordinate.py')]
-    assert len(found) == 1, "the README shows one coordinate.py"
+    assert len(found) == 1, "docs/library.md shows one coordinate.py"
     return found[0]
 
 
@@ -333,7 +333,7 @@ def test_read_gives_a_demo_agents_briefs_and_replies(tmux: Tmux) -> None:
 def test_the_environment_read_for_the_daemon_leaves_the_umask_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """drover.run asks for the daemon's environment on its own thread: finding the umask must never set it, even
     for an instant, or a file the script's other threads create then would get the wrong mode."""
-    from drover.daemon import paths
+    from drover import paths
 
     calls: list[int] = []
     real = os.umask

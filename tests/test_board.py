@@ -13,7 +13,7 @@ from typing import Any
 import drover
 from drover.truth import TruthFile
 from tests.conftest import Tmux, remote_agent, wait_for
-from tests.sshfleet import SSHFleet, free_port
+from tests.support.sshfleet import SSHFleet, free_port
 
 
 def claude_record(isolated: Path, tmux: Tmux, monkeypatch: Any, name: str, **fields: Any) -> dict[str, Any]:

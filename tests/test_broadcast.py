@@ -12,7 +12,7 @@ from typing import Any
 
 import drover
 from tests.conftest import Pane, Tmux, remote_agent, stays, wait_for
-from tests.sshfleet import SSHFleet, free_port
+from tests.support.sshfleet import SSHFleet, free_port
 
 ACTOR = "coordinator"
 

@@ -201,7 +201,7 @@ def test_read_filters_on_the_host(claude_lab: Any, cli: Any) -> None:
 @pytest.mark.parametrize("transport", ["asyncssh", "openssh"])
 def test_inbox_over_ssh(claude_binary: Path, sshfleet: Any, cli: Any, monkeypatch: Any, request: Any, transport: str) -> None:
     """The inbox lane over either transport (openssh: the system ssh, as riding a master does)."""
-    from tests.claudelab import ClaudeLab
+    from tests.support.claudelab import ClaudeLab
 
     text = sshfleet.fleet_file.read_text()
     sshfleet.fleet_file.write_text(text.replace('ssh = "h2"\n', f'ssh = "h2"\ntransport = "{transport}"\n'))

@@ -1,7 +1,7 @@
 """The real Codex CLI (0.169.0), offline, in tmux: the screens drover's codex profile relies on, and where what a
 session is sent ends up (the model request, the rollout, the app-server's thread list).
 
-The captures in tests/screens/codex-real-*.txt come from `python -m tests.codexlab`; these tests check that a live
+The captures in tests/screens/codex-real-*.txt come from `python -m tests.support.codexlab`; these tests check that a live
 session draws the same thing, and that the reading proposed for drover (codexlab.read_screen) gets them right.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.codexlab import CodexLab, CodexSession, app_server, module_lab, read_screen, wait_for
 from tests.conftest import stays
+from tests.support.codexlab import CodexLab, CodexSession, app_server, module_lab, read_screen, wait_for
 
 SCREENS = Path(__file__).resolve().parent / "screens"
 

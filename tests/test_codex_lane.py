@@ -1,7 +1,7 @@
 """The queue lane: drover delivers to Codex 0.169 through `codex queue`, verified in the thread's rollout.
 
 Against the real `codex` binary (npm @openai/codex@0.169.0) offline: its TUIs run in tmux panes of one lab, with a
-custom provider pointing at a loopback fake Responses API (tests/codexlab.py).  drover finds each pane's thread
+custom provider pointing at a loopback fake Responses API (tests/support/codexlab.py).  drover finds each pane's thread
 through the lab's app-server, queues with the `codex` on the TUI's own PATH, and looks for drover's message id in
 the rollout.  The hostile cases: a thread that is not loaded and an `exec` thread (refused, never pasted instead),
 an approval dialog (left alone), an oversized text (refused before anything runs), text that looks like an
@@ -23,8 +23,8 @@ import pytest
 
 from drover.remote import codex, codex_queue
 from drover.remote import protocol as P
-from tests.codexlab import CodexLab, CodexSession, _ns_prefix, app_server, module_lab, wait_for
 from tests.conftest import CliResult, stays
+from tests.support.codexlab import CodexLab, CodexSession, _ns_prefix, app_server, module_lab, wait_for
 
 ENVELOPE_OPEN = '<cross-session-message from-session="{id}" from-name="drover (alice)" from-mode="prompting">'
 

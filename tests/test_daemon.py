@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 
 import drover
-from drover.daemon import paths
+from drover import paths
 from tests.conftest import CliResult, Tmux, drover_process, helper_pids, remote_agent, stays, wait_for
-from tests.imports import foreign, importtime_modules
-from tests.sshfleet import SSHD, SSHFleet
+from tests.support.imports import foreign, importtime_modules
+from tests.support.sshfleet import SSHD, SSHFleet
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's interpreter may live where another user cannot run it
-FRONT = {"drover", "drover.front", "drover.daemon", "drover.daemon.client", "drover.daemon.paths", "drover.daemon.wire"}
+FRONT = {"drover", "drover.front", "drover.daemon", "drover.daemon.client", "drover.paths", "drover.daemon.wire"}
 
 
 @pytest.fixture
@@ -444,7 +444,15 @@ def test_a_local_wait_whose_client_was_killed_leaves_no_thread_in_the_daemon(per
 def fleet_helpers(fleet: SSHFleet, host: str) -> list[int]:
     """The helpers running on one host of *this* fleet (other fleets on the machine name their hosts h1 too)."""
     home = f"HOME={fleet.host_home(host)}".encode()
-    return [pid for pid in helper_pids(host) if home in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")]
+    found = []
+    for pid in helper_pids(host):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:  # a helper that exited since it was listed is not running
+            continue
+        if home in environ.split(b"\0"):
+            found.append(pid)
+    return found
 
 
 def _restart_sshd(fleet: SSHFleet) -> None:

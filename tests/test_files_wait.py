@@ -16,7 +16,7 @@ import drover
 from drover.remote import files as remote_files
 from drover.remote.protocol import HelperError
 from tests.conftest import helper_pids, stays, wait_for
-from tests.sshfleet import SSHFleet
+from tests.support.sshfleet import SSHFleet
 
 
 def later(seconds: float, action: Callable[[], object], after: Callable[[], object] | None = None) -> threading.Thread:

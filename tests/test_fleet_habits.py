@@ -18,7 +18,7 @@ from drover.errors import UnknownHost, UsageError
 from drover.hostsets import MAX_NAMED, expand, matcher
 from drover.truth import TruthFile
 from tests.conftest import ROOT, drover_process, remote_agent, stays
-from tests.sshfleet import SSHFleet
+from tests.support.sshfleet import SSHFleet
 from tests.test_daemon import persistent, running  # noqa: F401 - persistent is a fixture
 from tests.test_ssh import Blackhole
 

@@ -1,6 +1,6 @@
 """gemini-cli 0.61, the real program, offline in tmux with a fake Gemini API: its screens are reproducible, and the
-guarded paste reads them right with drover's built-in `gemini` profile (tests/geminilab.py; the captures in
-tests/screens/gemini-*.txt come from `python -m tests.geminilab capture tests/screens`).
+guarded paste reads them right with drover's built-in `gemini` profile (tests/support/geminilab.py; the captures in
+tests/screens/gemini-*.txt come from `python -m tests.support.geminilab capture tests/screens`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 import drover
 from tests.conftest import SCREENS, Tmux, stays, wait_for
-from tests.geminilab import PLACEHOLDER, GeminiLab, GeminiSession, ensure_binary, is_busy
+from tests.support.geminilab import PLACEHOLDER, GeminiLab, GeminiSession, ensure_binary, is_busy
 
 ACTOR = "tester"
 # capture: (state, a draft in the input box, would the guarded paste go ahead)

@@ -25,7 +25,7 @@ CAPTURES = {
     "codex-idle.txt": ("codex", "idle"),
     "codex-login.txt": ("codex", "dialog"),
     "codex-trust-dialog.txt": ("codex", "dialog"),
-    # Real Codex 0.169 (tests/codexlab.py) and gemini-cli 0.61 (tests/geminilab.py), offline.
+    # Real Codex 0.169 (tests/support/codexlab.py) and gemini-cli 0.61 (tests/support/geminilab.py), offline.
     "codex-real-approval-dialog.txt": ("codex", "dialog"),
     "codex-real-busy.txt": ("codex", "busy"),
     "codex-real-busy-queued.txt": ("codex", "busy"),  # two queued messages between the working line and the box
@@ -102,7 +102,8 @@ def fake_engine(tmp: Path, engine: str) -> Path:
     bindir = tmp / "bin"
     bindir.mkdir(exist_ok=True)
     exe = bindir / engine
-    exe.write_text(f"#!{sys.executable}\n" + (ROOT / "tests" / "fake_tui.py").read_text(encoding="utf-8"), encoding="utf-8")
+    fake_tui = ROOT / "tests" / "support" / "fake_tui.py"
+    exe.write_text(f"#!{sys.executable}\n" + fake_tui.read_text(encoding="utf-8"), encoding="utf-8")
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return exe
 

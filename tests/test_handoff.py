@@ -11,7 +11,7 @@ from typing import Any
 
 from drover.remote import discovery
 from tests.conftest import Pane, Tmux, remote_agent, wait_for
-from tests.sshfleet import SSHFleet
+from tests.support.sshfleet import SSHFleet
 
 
 def send(cli: Any, target: str, text: str) -> tuple[int, dict[str, Any]]:

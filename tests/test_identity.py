@@ -163,7 +163,7 @@ def test_npm_agents_are_known_by_their_package_through_the_link_npm_makes(
 def test_the_real_agents_install_paths_are_their_evidence(claude_binary: Path) -> None:
     """Where npm puts the real programs (tests/*lab.py install them): Claude's native binary, Codex's launcher and
     the native binary it runs, gemini-cli's bundle -- each matches its profile's package path, links resolved."""
-    from tests import codexlab, geminilab
+    from tests.support import codexlab, geminilab
 
     profiles = merge_profiles(None)
     codex_launcher = codexlab.binary_path().resolve()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.imports import foreign, importtime_modules
+from tests.support.imports import foreign, importtime_modules
 
 HEAVY = ("typer", "click", "rich", "pydantic", "asyncssh", "tomlkit", "drover.cli", "drover.ops")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from drover.transport import banner
 from tests.conftest import remote_agent
-from tests.sshfleet import SSHFleet
+from tests.support.sshfleet import SSHFleet
 
 BANNER = "*** Welcome to the HPC login node ***\nUsage policy: https://hpc.example/policy\n"
 

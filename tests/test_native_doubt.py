@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 import drover
-from tests.claudelab import ClaudeLab, ClaudeSession, expose, own_server_lab
 from tests.conftest import stays, wait_for
+from tests.support.claudelab import ClaudeLab, ClaudeSession, expose, own_server_lab
 
 ACTOR = "tester"
 DIALOG = "Deliver this message to Claude"

@@ -26,8 +26,8 @@ import pytest
 
 import drover
 from drover.daemon import client, paths
-from tests.claudelab import HERE, ClaudeLab, ClaudeSession, expose, own_server_lab
 from tests.conftest import drover_process, stays, wait_for
+from tests.support.claudelab import HERE, ClaudeLab, ClaudeSession, expose, own_server_lab
 
 ACTOR = "tester"
 MODES = ("bypass permissions on", "accept edits on", "auto mode on", "plan mode on", "manual mode on")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import ROOT, remote_agent, wait_for
-from tests.sshfleet import SSHFleet
+from tests.support.sshfleet import SSHFleet
 
 HARD_BOUND_S = 40
 MASTER_KEYS = {"transport", "master", "control_path", "connect"}  # what fleet check adds for openssh hosts

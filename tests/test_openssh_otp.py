@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, remote_agent, wait_for
-from tests.sshfleet import SSHFleet
+from tests.support.sshfleet import SSHFleet
 from tests.test_daemon import persistent, running  # noqa: F401 - persistent is a fixture used here
 
 HARD_BOUND_S = 60
@@ -211,7 +211,7 @@ def test_the_inbox_lane_rides_the_master(
     """A real Claude Code session on the second-factor host: `send` goes through its inbox, over the master."""
     import shutil
 
-    from tests.claudelab import ClaudeLab
+    from tests.support.claudelab import ClaudeLab
 
     monkeypatch.setenv("TMUX_TMPDIR", otp.host_env("h1")["TMUX_TMPDIR"])
     home = otp.host_home("h1")

@@ -1,4 +1,4 @@
-"""What each engine draws after a paste, measured on the real programs (tests/redraw.py): the numbers behind the
+"""What each engine draws after a paste, measured on the real programs (tests/support/redraw.py): the numbers behind the
 profiles' `paste_hold_s`, printed (run with -s), and the premise of drover's conditional Enter checked on each --
 a key typed into the box after the paste moves the cursor tmux reports, so an Enter conditioned on the cursor is
 not pressed after it.  No timing is asserted: the machine's load decides those numbers."""
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from tests.codexlab import CodexLab, module_lab
 from tests.conftest import Tmux, wait_for
-from tests.geminilab import GeminiLab
-from tests.geminilab import ensure_binary as ensure_gemini
-from tests.redraw import clear_box, cursor, paste_redraw, tmux
+from tests.support.codexlab import CodexLab, module_lab
+from tests.support.geminilab import GeminiLab
+from tests.support.geminilab import ensure_binary as ensure_gemini
+from tests.support.redraw import clear_box, cursor, paste_redraw, tmux
 
 ONE = "please rebase the feature branch on main and run the tests"
 MANY = "first line of a longer note\nsecond line of it\nthird line, the end"

@@ -17,7 +17,7 @@ from drover.remote import protocol as P
 from drover.transport import bundle
 from drover.transport.helper_channel import read_answer
 from tests.conftest import remote_agent, wait_for
-from tests.sshfleet import SSHFleet
+from tests.support.sshfleet import SSHFleet
 
 PYENV = Path("/root/.pyenv/versions")
 SHELLS = ["sh", "bash", "zsh", "fish", "tcsh"]

@@ -25,7 +25,7 @@ import pytest
 
 from drover.errors import ExitCode
 from tests.conftest import ROOT, Tmux, wait_for
-from tests.sshfleet import SSHD, SSHFleet
+from tests.support.sshfleet import SSHD, SSHFleet
 
 HOSTS = 500
 CONCURRENCY = 24

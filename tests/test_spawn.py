@@ -17,7 +17,7 @@ import pytest
 import drover
 from drover.remote import spawn as rspawn
 from tests.conftest import stays, wait_for
-from tests.sshfleet import SSHFleet, free_port
+from tests.support.sshfleet import SSHFleet, free_port
 
 
 def demo_template(logs: Path) -> str:
@@ -360,7 +360,7 @@ def claude_on_h1(claude_binary: Path, sshfleet: SSHFleet, isolated: Path) -> Any
     import shutil
     import tempfile
 
-    from tests.claudelab import ClaudeLab
+    from tests.support.claudelab import ClaudeLab
 
     lab = ClaudeLab(Path(tempfile.mkdtemp(prefix="drs-")), claude_binary, home=sshfleet.host_home("h1"))
     h1_fleet(sshfleet, lab, str(lab.root / "pre"))
@@ -449,7 +449,7 @@ def test_a_folder_the_fleet_pretrusts_starts_without_the_dialog(claude_on_h1: An
 
 @pytest.fixture
 def codex_lab(tmux: Any) -> Any:
-    from tests.codexlab import module_lab
+    from tests.support.codexlab import module_lab
 
     with module_lab("dsx-") as lab:
         yield lab
@@ -458,7 +458,7 @@ def codex_lab(tmux: Any) -> Any:
 def test_codex_in_a_pretrusted_folder_is_briefed_and_an_untrusted_repository_waits(
     codex_lab: Any, isolated: Path, cli: Any
 ) -> None:
-    from tests.codexlab import _ns_prefix
+    from tests.support.codexlab import _ns_prefix
 
     lab = codex_lab
     lab.write_config([])  # no folder trusted yet

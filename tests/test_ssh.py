@@ -18,7 +18,7 @@ import pytest
 
 import drover
 from tests.conftest import ROOT, helper_pids, remote_agent, stays, wait_for
-from tests.sshfleet import SSHFleet, free_port, keygen
+from tests.support.sshfleet import SSHFleet, free_port, keygen
 
 
 def add_hosts(fleet: SSHFleet, text: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from tests.sshfleet import SSHFleet
+from tests.support.sshfleet import SSHFleet
 
 # connect 3 s + request 3 s per host, plus Python's start and the other hosts: 30 s is a generous hard bound.
 HARD_BOUND_S = 30

@@ -18,7 +18,7 @@ from drover import __version__
 from drover.cli import render
 from drover.cli.completion import complete_hosts, complete_tags
 from drover.errors import UsageError
-from drover.fleet_schedule import MAX_DURATION_S
+from drover.paths import MAX_DURATION_S
 
 if TYPE_CHECKING:
     from drover.ops.core import Context, Document

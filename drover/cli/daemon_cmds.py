@@ -24,7 +24,7 @@ READY_WAIT_S = 15.0
 
 
 def _path() -> str:
-    from drover.daemon import paths
+    from drover import paths
 
     return paths.socket_path()
 
@@ -115,7 +115,8 @@ def start(
     idle: Annotated[float | None, typer.Option("--idle", help="seconds idle before it exits (default: the fleet's)")] = None,
 ) -> None:
     """Start this environment's daemon now (it also starts by itself on first use)."""
-    from drover.daemon import autostart, paths
+    from drover import paths
+    from drover.daemon import autostart
 
     path = _path()
     info = _status(path)

@@ -9,20 +9,19 @@ from __future__ import annotations
 import os
 import sys
 
-from drover.daemon import paths
+from drover import paths
 
 
 def autostart_allowed(argv: list[str]) -> bool:
     """On first use, unless turned off: DROVER_DAEMON=0, or `daemon = false` under [defaults] in the fleet file.
     (The test suite sets DROVER_DAEMON=0 for every test but those of persistent mode: tests/conftest.py.)"""
-    if os.environ.get("DROVER_DAEMON", "") in ("0", "off", "no", "false"):
+    if not paths.daemon_enabled():
         return False
     return fleet_allows(argv)
 
 
 def fleet_of(argv: list[str], env: dict[str, str] | os._Environ[str] | None = None) -> str:
     """The fleet file a command reads: --fleet, else $DROVER_FLEET, else the default (maybe relative: to the cwd)."""
-    env = os.environ if env is None else env
     fleet = None
     for i, word in enumerate(argv):
         if word == "--":
@@ -31,10 +30,7 @@ def fleet_of(argv: list[str], env: dict[str, str] | os._Environ[str] | None = No
             fleet = argv[i + 1]
         elif word.startswith("--fleet="):
             fleet = word.split("=", 1)[1]
-    if fleet is None:
-        config = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
-        fleet = env.get("DROVER_FLEET") or os.path.join(config, "drover", "fleet.toml")
-    return fleet
+    return paths.fleet_file(env) if fleet is None else fleet
 
 
 def _defaults(path: str) -> dict:
@@ -88,7 +84,7 @@ def start(argv: list[str], path: str) -> None:
 
 def spawn(path: str, idle: float | None = None) -> int:
     """Fork the daemon off (double fork: nobody has to reap it); returns at once in the caller (0), or raises."""
-    log = path[: -len(".sock")] + ".log"
+    log = paths.daemon_log(path)
     argv = [sys.executable, "-m", "drover.daemon.server", "--socket", path]
     if idle is not None:
         argv += ["--idle", str(idle)]

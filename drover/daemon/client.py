@@ -16,7 +16,8 @@ import os
 import sys
 import time
 
-from drover.daemon import paths, wire
+from drover import paths
+from drover.daemon import wire
 from drover.front import columns
 
 # The commands the daemon runs; everything else (fleet edits, the demo, guard) runs directly.

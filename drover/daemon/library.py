@@ -17,7 +17,8 @@ import struct
 import time
 from typing import Any
 
-from drover.daemon import client, paths, wire
+from drover import paths
+from drover.daemon import client, wire
 from drover.errors import ExitCode
 from drover.remote import protocol as P
 

@@ -232,7 +232,6 @@ class LinkedTransport:
 def context_class() -> type:
     """A Context whose SSH hosts go through the pool and whose truth file tells the client about a send's
     write-ahead record as it is made.  (Built on first use: importing the ops costs the daemon's start only.)"""
-    from drover.fleet import LOCAL as LOCAL_HOST
     from drover.ops.core import Context
     from drover.truth import TruthFile
 
@@ -261,11 +260,11 @@ def context_class() -> type:
             # The loop this request's ops run on: cancelled if the client goes away (local work included).
             self.request.loops.add(asyncio.get_running_loop())
             if host not in self._transports:
-                cfg = self.fleet.host(host)
-                if host == LOCAL_HOST and not cfg.ssh:
+                route = self.route(host)
+                if route.local:
                     return super().transport(host)
-                profiles = self.fleet.profile_overrides()
-                self._transports[host] = PooledTransport(self.request, host, cfg, self.fleet.defaults, profiles)
+                # The entry as the fleet wrote it: the pool keys its connections by it.
+                self._transports[host] = PooledTransport(self.request, host, route.config, route.defaults, dict(route.profiles))
             return self._transports[host]
 
     return DaemonContext

@@ -30,7 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 import drover
-from drover.daemon import paths, wire
+from drover import paths
+from drover.daemon import wire
 from drover.daemon.pool import Pool, context_class, max_links, raise_descriptor_limit
 from drover.daemon.request import ConsoleSwitch, Request, Switch, own_cwd, run_request
 

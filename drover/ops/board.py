@@ -26,7 +26,7 @@ from pydantic import Field
 from drover.errors import DroverError, ExitCode, TargetError, TruthFileError
 from drover.ops.broadcast import natural
 from drover.ops.core import Context, Request, Result, op
-from drover.ops.sessions import fan_exit, fan_out
+from drover.ops.hosts import fan_exit, fan_out
 from drover.remote import protocol as P
 
 ON_BOARD = ("waiting", "dialog")  # a draft is a person at work, not a person awaited

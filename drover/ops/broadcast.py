@@ -30,8 +30,8 @@ from pydantic import Field
 
 from drover.errors import DroverError, EmptyText, ExitCode, UsageError, exit_code_of
 from drover.ops.core import Context, Request, Result, op
+from drover.ops.hosts import call_host, fan_out_each
 from drover.ops.send import MessageRequest, sessions_message
-from drover.ops.sessions import call_host, fan_out_each
 from drover.remote import protocol as P
 from drover.targets import check_engine
 

@@ -23,8 +23,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from drover.errors import BadJSON, DroverError, ExitCode, InvalidRequest, UnknownOp
-from drover.fleet import LOCAL, Fleet
+from drover.fleet import Fleet
 from drover.fleet import load as load_fleet
+from drover.route import Route
 from drover.transport import Transport
 from drover.truth import TruthFile
 
@@ -111,6 +112,7 @@ class Context:
     timeout_s: float | None = None
     _fleet: Fleet | None = None
     _fleet_file: Path | None = None
+    _routes: dict[str, Route] = field(default_factory=dict)  # each host resolved once (drover/route.py)
     _transports: dict[str, Transport] = field(default_factory=dict)
     _connected: dict[str, float | None] = field(default_factory=dict)  # connect_seconds of released transports
 
@@ -130,6 +132,7 @@ class Context:
     def forget_fleet(self) -> None:
         """The fleet file was edited: load it again when next asked."""
         self._fleet, self._fleet_file = None, None
+        self._routes.clear()
 
     @property
     def truth(self) -> TruthFile:
@@ -139,21 +142,27 @@ class Context:
         """Say who you are: --actor, else $DROVER_ACTOR, else the fleet's default, else user@host."""
         return explicit or self.actor or os.environ.get("DROVER_ACTOR") or self.fleet.defaults.actor or default_actor()
 
+    def route(self, host: str) -> Route:
+        """The host resolved once for this Context (an unknown host raises UnknownHost, every time it is asked for):
+        what the send, its handoff lookup, the transport and every request's timeout read."""
+        route = self._routes.get(host)
+        if route is None:
+            route = self._routes[host] = Route.of(self.fleet, host, self.timeout_s)
+        return route
+
     def transport(self, host: str) -> Transport:
         if host not in self._transports:
-            cfg = self.fleet.host(host)  # unknown host -> UnknownHost
-            profiles = self.fleet.profile_overrides()
-            if host == LOCAL and not cfg.ssh:
+            route = self.route(host)  # unknown host -> UnknownHost
+            if route.local:
                 from drover.transport.local import LocalTransport
 
-                self._transports[host] = LocalTransport(host, profiles)
+                self._transports[host] = LocalTransport(host, dict(route.profiles))
             else:
                 # Imported here so that `--help` and local work never pay for asyncssh.
                 from drover.transport.openssh import transport_class
 
-                if self.timeout_s is not None:
-                    cfg = cfg.model_copy(update={"connect_timeout": self.timeout_s})
-                self._transports[host] = transport_class(cfg)(host, cfg, self.fleet.defaults, profiles)
+                route_cfg = route.ssh_config
+                self._transports[host] = transport_class(route_cfg)(host, route_cfg, route.defaults, dict(route.profiles))
         return self._transports[host]
 
     def connect_seconds(self, host: str) -> float | None:
@@ -174,10 +183,7 @@ class Context:
 
     def timeout(self, host: str) -> float:
         """How long one request to host may take (a persistent connection's request includes its connecting)."""
-        cfg = self.fleet.host(host)
-        if self.timeout_s is not None:
-            return self.timeout_s
-        return cfg.request_timeout or self.fleet.defaults.request_timeout
+        return self.route(host).request_timeout
 
     async def close(self) -> None:
         for transport in self._transports.values():

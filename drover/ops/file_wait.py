@@ -13,7 +13,7 @@ from pydantic import Field
 from drover.errors import ExitCode, InvalidRequest
 from drover.fleet import LOCAL
 from drover.ops.core import Context, Request, Result, op
-from drover.ops.sessions import call_host
+from drover.ops.hosts import call_host
 from drover.remote import protocol as P
 
 

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from drover.errors import DroverError
 from drover.ops.core import Context, Request, Result, op
-from drover.ops.sessions import call_host, fan_exit, fan_out_each
+from drover.ops.hosts import call_host, fan_exit, fan_out_each
 from drover.remote import protocol as P
 
 # The steps of reaching a host's helper, in order; an error code names the step that failed (the ones before it

@@ -22,7 +22,7 @@ from pydantic import Field
 from drover.errors import DroverError, InvalidRequest, TargetError, UsageError
 from drover.fleet import LOCAL
 from drover.ops.core import Context, Request, Result, op
-from drover.ops.sessions import call_host
+from drover.ops.hosts import call_host
 from drover.record import now_iso
 from drover.remote import protocol as P
 
@@ -227,8 +227,8 @@ async def address(ctx: Context, host: str, ref: str) -> Addressed:
 @op("sessions.handoff", HandoffRequest, "record that a session handed its work to a successor", "drover handoff")
 async def sessions_handoff(ctx: Context, req: HandoffRequest) -> Result:
     to_host = req.to_host or req.host
-    ctx.fleet.host(req.host)  # unknown hosts are usage errors before anything is asked
-    ctx.fleet.host(to_host)
+    ctx.route(req.host)  # unknown hosts are usage errors before anything is asked
+    ctx.route(to_host)
     new = await call_host(ctx, to_host, "resolve", {"target": req.to})  # the successor must be live: raises if not
     try:
         old: dict[str, Any] | None = await call_host(ctx, req.host, "resolve", {"target": req.id})

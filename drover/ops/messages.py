@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -10,6 +9,7 @@ from pydantic import Field
 
 from drover.errors import InvalidRequest, TargetError
 from drover.ops.core import Context, Request, Result, op
+from drover.paths import DURATION_FORMS, parse_duration
 
 
 class ListRequest(Request):
@@ -30,19 +30,21 @@ class GetRequest(Request):
     id: str = Field(..., description="a message id (msg_...) or a unique prefix of one")
 
 
-DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
-
-
 def since_ts(value: str) -> float:
-    m = DURATION.match(value.strip())
-    if m:
-        return time.time() - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    """The time `value` names: an ISO time, else that long ago, by drover's one duration grammar (drover/paths.py:
+    1h30m as the fleet file writes it; 0s is now).  ISO first: a bare 20261201 is a date, as it always was."""
     from datetime import datetime
 
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
-        raise InvalidRequest(f"since: {value!r} is neither a duration like 10m nor an ISO time") from None
+        pass
+    try:
+        return time.time() - parse_duration(value)
+    except ValueError:
+        raise InvalidRequest(
+            f"since: {value!r} is neither a duration ({DURATION_FORMS}) nor an ISO time (2026-12-01T09:00)"
+        ) from None
 
 
 @op("messages.list", ListRequest, "query the truth file: who sent what to whom, and what became of it", "drover log")

@@ -33,8 +33,8 @@ from pydantic import Field
 from drover.errors import OUTCOME_EXIT, DroverError, EmptyText, ExitCode, InvalidRequest, TargetError
 from drover.fleet import LOCAL
 from drover.ops.core import Context, Request, Result, op
+from drover.ops.hosts import call_host
 from drover.ops.send import MessageRequest, sessions_message
-from drover.ops.sessions import call_host
 from drover.remote import protocol as P
 
 Lane = Literal["auto", "inbox", "queue", "tmux"]

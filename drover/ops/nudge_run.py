@@ -26,9 +26,10 @@ from pydantic import Field
 from drover import targets
 from drover.errors import ConfigError, DroverError, ExitCode, InvalidRequest
 from drover.fleet import NudgeEntry, find_path
-from drover.fleet_schedule import duration_s, quiet_minutes
+from drover.fleet_schedule import quiet_minutes
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.nudge import NudgeRequest, nudge
+from drover.paths import duration_s
 from drover.record import ReadStats, now_iso
 from drover.remote import protocol as P
 from drover.truth import text_digest

@@ -18,12 +18,14 @@ from typing import Any, Literal
 from pydantic import Field
 
 from drover import limits
-from drover.errors import OUTCOME_EXIT, DroverError, EmptyText, ExitCode, TargetError, TruthFileError
+from drover.errors import DroverError, EmptyText, ExitCode, TargetError, TruthFileError
 from drover.fleet import LOCAL
 from drover.ops.core import Context, Request, Result, op
-from drover.ops.sessions import call_host
+from drover.ops.hosts import call_host
+from drover.ops.outcome import Outcome
 from drover.remote import protocol as P
 from drover.remote.faults import fault
+from drover.route import Route
 from drover.targets import check_engine
 from drover.truth import Message
 
@@ -65,35 +67,28 @@ def _brief(outcome: dict[str, Any]) -> dict[str, Any]:
     return outcome
 
 
-def _exit_for(outcome: dict[str, Any]) -> int:
-    if outcome.get("error_class") == "target":
-        return ExitCode.TARGET
-    return int(OUTCOME_EXIT.get(outcome.get("outcome", P.FAILED), ExitCode.FAILED))
-
-
-def _failure(exc: DroverError, sent: bool) -> dict[str, Any]:
+def _failure(exc: DroverError, sent: bool) -> Outcome:
     """A DroverError as an outcome.  `sent`: the request that delivers had left, so its fate may be unknown."""
-    outcome: dict[str, Any] = {
+    members: dict[str, Any] = {
         "outcome": P.FAILED,
         "lane": None,
         "code": exc.code,
         "detail": exc.message + (f" ({exc.hint})" if exc.hint else ""),
-        "error_class": "target" if isinstance(exc, TargetError) else None,
     }
     if sent and exc.code in P.INDETERMINATE:
         # The request left; whether the text arrived is unknown. Never report it as delivered, never retry blindly.
-        outcome["indeterminate"] = True
-        outcome["detail"] += "; the message may or may not have arrived: `drover retry ID` looks for it before resending"
+        members["indeterminate"] = True
+        members["detail"] += "; the message may or may not have arrived: `drover retry ID` looks for it before resending"
     if exc.details.get("candidates"):
-        outcome["candidates"] = exc.details["candidates"]
-    return outcome
+        members["candidates"] = exc.details["candidates"]
+    return Outcome.of(members, target_error=isinstance(exc, TargetError))
 
 
-def _record(ctx: Context, msg_id: str, outcome: dict[str, Any]) -> dict[str, Any] | None:
-    return ctx.truth.outcome(msg_id, {k: v for k, v in outcome.items() if k != "error_class"})
+def _record(ctx: Context, msg_id: str, outcome: Outcome) -> dict[str, Any] | None:
+    return ctx.truth.outcome(msg_id, outcome.to_dict())
 
 
-async def _deliver(ctx: Context, host: str, msg_id: str, text: str, actor: str, options: dict[str, Any]) -> dict[str, Any]:
+async def _deliver(ctx: Context, host: str, msg_id: str, text: str, actor: str, options: dict[str, Any]) -> Outcome:
     """One delivery attempt to the pinned session; every failure becomes an outcome.  Ctrl-C records `interrupted`."""
     fleet = ctx.fleet
     args = {
@@ -111,29 +106,29 @@ async def _deliver(ctx: Context, host: str, msg_id: str, text: str, actor: str, 
         "finish": options.get("finish", False),
     }
     try:
-        return _brief(await call_host(ctx, host, "deliver", args))
+        return Outcome.of(_brief(await call_host(ctx, host, "deliver", args)))
     except DroverError as exc:
         return _failure(exc, sent=True)
     except asyncio.CancelledError:
         # Ctrl-C (or the caller gave up) with the request out: say so in the record before exiting 130.
-        _record(ctx, msg_id, {"outcome": P.FAILED, "code": P.INTERRUPTED, "indeterminate": True, "detail": INTERRUPTED})
+        interrupted = {"outcome": P.FAILED, "code": P.INTERRUPTED, "indeterminate": True, "detail": INTERRUPTED}
+        _record(ctx, msg_id, Outcome.of(interrupted))
         raise
 
 
 INTERRUPTED = "interrupted while the message was on its way: it may or may not have arrived (`drover retry ID` finds out)"
 
 
-def _result(ctx: Context, msg_id: str, base: dict[str, Any], outcome: dict[str, Any], host: str, record: bool = True) -> Result:
+def _result(ctx: Context, msg_id: str, base: dict[str, Any], outcome: Outcome, host: str, record: bool = True) -> Result:
     """The op's answer; with `record`, the outcome is written to the truth file first."""
     warning = _record(ctx, msg_id, outcome) if record else None
-    data = {"id": msg_id, **base, **outcome}
-    data.pop("error_class", None)
+    data = {"id": msg_id, **base, **outcome.to_dict()}
     if warning:
         data["warnings"] = [*data.get("warnings", []), warning]
-    exit_code = _exit_for(outcome)
+    exit_code = outcome.exit_code
     errors = []
     if exit_code != ExitCode.OK:
-        errors.append({"code": outcome.get("code") or outcome["outcome"], "message": outcome.get("detail", ""), "host": host})
+        errors.append({"code": outcome.code or outcome.outcome, "message": outcome.detail, "host": host})
     return Result(data, errors, exit_code)
 
 
@@ -151,11 +146,12 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
     resolved: dict[str, Any] | None = None
     unresolved: DroverError | None = None
     host, redirect = req.host, {}  # where it goes, and (after a handoff) where it was addressed
+    route: Route | None
     try:
-        cfg = fleet.host(req.host)
-        options["raw"] = req.raw or req.id in cfg.raw
+        route = ctx.route(req.host)  # the host resolved once: the transport and every timeout read it too
+        options["raw"] = req.raw or route.raw_ok(req.id)
     except DroverError as exc:
-        unresolved, cfg = exc, None  # nothing was sent: recorded as provably failed below
+        unresolved, route = exc, None  # nothing was sent: recorded as provably failed below
     if unresolved is None:
         # Which session is it, really?  Limits count by identity, and the delivery is pinned to this one.  A name
         # no live session bears may have handed its work over: then the newest live generation, said so.
@@ -163,12 +159,12 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
 
         where = await address(ctx, req.host, req.id)
         host, resolved, unresolved, redirect = where.host, where.answer, where.error, where.redirect
-        cfg = fleet.host(host) if resolved is not None else None
+        route = ctx.route(host) if resolved is not None else None
     if resolved is not None:
         options.update(identity=resolved["identity"], pin=resolved["pin"], receiver_msg_id=str(uuid.uuid4()))
         if redirect:
             options["redirected_from"] = redirect["redirected_from"]
-    owner_ok = bool(req.as_owner and cfg is not None and cfg.owner_relay)
+    owner_ok = bool(req.as_owner and route is not None and route.owner_relay)
 
     def check(recent: list[dict[str, Any]]) -> dict[str, Any] | None:
         if unresolved is not None:  # only the size limit means anything for a session that was not found
@@ -201,7 +197,7 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
         base["handoff_chain"] = redirect["handoff_chain"]
     if refusal is not None:
         # accept() wrote the refusal with its accepted event, in the same write
-        return _result(ctx, msg_id, base, {"outcome": P.REFUSED, "lane": None, **refusal}, host, record=False)
+        return _result(ctx, msg_id, base, Outcome.of({"outcome": P.REFUSED, "lane": None, **refusal}), host, record=False)
     if unresolved is not None:
         return _result(ctx, msg_id, base, _failure(unresolved, sent=False), host)
     with contextlib.ExitStack() as holding:
@@ -212,8 +208,8 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
         fault("after_accept")
         outcome = await _deliver(ctx, host, msg_id, req.text, actor, options)
         if redirect:
-            outcome["redirected_from"] = redirect["redirected_from"]
-            outcome["detail"] = f"{outcome.get('detail', '')} (redirected from {redirect['redirected_from']}, which is gone)"
+            outcome.redirected_from = redirect["redirected_from"]
+            outcome.detail = f"{outcome.detail} (redirected from {redirect['redirected_from']}, which is gone)"
         fault("before_outcome")
         return _result(ctx, msg_id, base, outcome, host)
 
@@ -244,15 +240,17 @@ async def _look(ctx: Context, m: Message) -> dict[str, Any]:
     return dict(seen)
 
 
-def _verified_outcome(m: Message, seen: dict[str, Any], why: str) -> dict[str, Any]:
-    return {
-        "outcome": P.DELIVERED,
-        "lane": seen["lane"],
-        "detail": why,
-        "verified": True,
-        "verification": seen["how"],
-        "session": _brief({"session": seen.get("session")}).get("session"),
-    }
+def _verified_outcome(m: Message, seen: dict[str, Any], why: str) -> Outcome:
+    return Outcome.of(
+        {
+            "outcome": P.DELIVERED,
+            "lane": seen["lane"],
+            "detail": why,
+            "verified": True,
+            "verification": seen["how"],
+            "session": _brief({"session": seen.get("session")}).get("session"),
+        }
+    )
 
 
 @op("messages.verify", VerifyRequest, "look for messages in their receivers' own records; record the ones found", "drover verify")
@@ -292,9 +290,9 @@ async def messages_verify(ctx: Context, req: VerifyRequest) -> Result:
 POLICY_REFUSALS = {P.DUPLICATE, P.RATE_LIMITED, P.TOO_LARGE, P.OWNER_RELAY_OFF}
 
 
-def _not_now(m: Message, code: str, detail: str, lane: str | None = None) -> dict[str, Any]:
+def _not_now(m: Message, code: str, detail: str, lane: str | None = None, target_error: bool = False) -> Outcome:
     """A retry that does nothing: said to the caller, never recorded (it changes nothing about the message)."""
-    return {"outcome": P.REFUSED, "lane": lane or m.lane, "code": code, "detail": detail}
+    return Outcome.of({"outcome": P.REFUSED, "lane": lane or m.lane, "code": code, "detail": detail}, target_error=target_error)
 
 
 @op("messages.retry", RetryRequest, "finish a pending, failed or uncertain message: exactly once, never twice", "drover retry")
@@ -311,8 +309,8 @@ async def messages_retry(ctx: Context, req: RetryRequest) -> Result:
 
 async def _retry(ctx: Context, m: Message, base: dict[str, Any]) -> Result:
     if m.outcome in (P.DELIVERED, P.QUEUED) and m.verified:
-        done: dict[str, Any] = {"outcome": m.outcome, "lane": m.lane, "verified": True}
-        done["detail"] = "already in the receiver's record: nothing to do"
+        done = Outcome.of({"outcome": m.outcome, "lane": m.lane, "verified": True})
+        done.detail = "already in the receiver's record: nothing to do"
         return _result(ctx, m.id, base, done, m.host, record=False)
     if m.code in POLICY_REFUSALS:
         why = f"drover's own limits refused it ({m.code}): send it again with `drover send` if you mean it"
@@ -320,8 +318,7 @@ async def _retry(ctx: Context, m: Message, base: dict[str, Any]) -> Result:
     if len(m.text) < m.text_chars:
         raise DroverError(f"{m.id} was stored without its whole text (it was refused as too large): nothing to retry")
     if m.options.get("as_owner"):
-        cfg = ctx.fleet.host(m.host)
-        if not cfg.owner_relay:
+        if not ctx.route(m.host).owner_relay:
             why = f"--as-owner is not allowed for {m.host} (owner_relay is off)"
             return _result(ctx, m.id, base, _not_now(m, P.OWNER_RELAY_OFF, why), m.host, record=False)
     seen = await _look(ctx, m)
@@ -331,7 +328,7 @@ async def _retry(ctx: Context, m: Message, base: dict[str, Any]) -> Result:
             f"{m.options.get('pin')} no longer answers as the session this message was for ({m.options['identity']}) "
             f"but as {seen.get('identity')}: drover never redirects a message to what may be another session"
         )
-        return _result(ctx, m.id, base, _not_now(m, P.SESSION_EXITED, why) | {"error_class": "target"}, m.host, record=False)
+        return _result(ctx, m.id, base, _not_now(m, P.SESSION_EXITED, why, target_error=True), m.host, record=False)
     deadline = time.monotonic() + SETTLE_WAIT_S
     while seen["found"] is False and seen.get("status") == "idle" and not _settled(seen, m) and time.monotonic() < deadline:
         await asyncio.sleep(0.5)  # just went idle: give anything queued in it the moment it takes to reach the record
@@ -342,8 +339,8 @@ async def _retry(ctx: Context, m: Message, base: dict[str, Any]) -> Result:
     if seen.get("in_input"):
         # Pasted, never submitted (the sender died before Enter): submit that very text, if the box holds exactly it.
         finished = await _deliver(ctx, m.host, m.id, m.text, m.actor, {**m.options, "finish": True})
-        finished["attempt"] = "finish"
-        if finished.get("outcome") == P.REFUSED:
+        finished.attempt = "finish"
+        if finished.outcome == P.REFUSED:
             return _result(ctx, m.id, base, finished, m.host, record=False)
         return _result(ctx, m.id, base, finished, m.host)
     provably_unsent = not m.uncertain and (
@@ -356,7 +353,7 @@ async def _retry(ctx: Context, m: Message, base: dict[str, Any]) -> Result:
         why = f"the session is {seen.get('status')}: a message queued in it may still arrive; retry when it is idle"
         return _result(ctx, m.id, base, _not_now(m, P.BUSY, why, seen["lane"]), m.host, record=False)
     outcome = await _deliver(ctx, m.host, m.id, m.text, m.actor, m.options)
-    outcome["attempt"] = "retry"
+    outcome.attempt = "retry"
     return _result(ctx, m.id, base, outcome, m.host)
 
 

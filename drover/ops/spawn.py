@@ -22,8 +22,9 @@ from drover import limits
 from drover.errors import DroverError, EmptyText, ExitCode, InvalidRequest, Refused
 from drover.fleet import BUILTIN_SPAWN_ENGINES, CONTROL_CHARS, LOCAL, SpawnEngine
 from drover.ops.core import Context, Request, Result, op
-from drover.ops.send import MessageRequest, _exit_for, sessions_message
-from drover.ops.sessions import call_host
+from drover.ops.hosts import call_host
+from drover.ops.outcome import exit_code_for
+from drover.ops.send import MessageRequest, sessions_message
 from drover.record import ReadStats, now_iso
 from drover.remote import protocol as P
 
@@ -161,7 +162,7 @@ async def spawn_session(
         )
     # Named here, not on the host, so that even a spawn whose outcome is never recorded names its tmux session.
     name = name or default_name(cwd, engine)
-    cfg = ctx.fleet.host(host)
+    cfg = ctx.route(host).config
     spec = template_for(ctx, engine)
     spawn_id = "spawn_" + uuid.uuid4().hex[:20]
     parent = {"actor": actor, "msg": parent_msg}
@@ -250,7 +251,7 @@ async def sessions_spawn(ctx: Context, req: SpawnRequest) -> Result:
         hint = f"answer it there (tmux attach -t {data['name']}), or pre-trust the folder in the fleet: trusted = [...]"
         return Result(data, [{"code": P.HELD, "message": message, "hint": hint, "host": req.host}], ExitCode.HELD)
     brief = data["brief"] or {}
-    exit_code = _exit_for(brief)
+    exit_code = exit_code_for(brief.get("outcome"))
     if exit_code != ExitCode.OK:
         message = f"{where} is ready but its brief was {brief.get('outcome')}: {brief.get('detail', '')}"
         return Result(

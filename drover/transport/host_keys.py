@@ -6,20 +6,19 @@ An unknown key is an error that prints the fingerprint and how to trust it; a ch
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 
+from drover import paths
 from drover.errors import TransportError
 from drover.fleet import HostConfig
 from drover.remote import protocol as P
 
 
 def drover_known_hosts() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "drover" / "known_hosts"
+    return Path(paths.known_hosts())
 
 
 class HostKeyJudge:

@@ -24,8 +24,8 @@ VERSION = "2.1.328"
 PACKAGE = f"@anthropic-ai/claude-code@{VERSION}"
 HERE = Path(__file__).resolve().parent
 
-try:  # imported as tests.claudelab by pytest, as claudelab by scripts/test.sh
-    from tests.npmcache import cache_root, npm_install, unshare_works
+try:  # imported as tests.support.claudelab by pytest, as claudelab by scripts/test.sh
+    from tests.support.npmcache import cache_root, npm_install, unshare_works
 except ImportError:
     from npmcache import cache_root, npm_install, unshare_works  # type: ignore[no-redef]
 

@@ -7,7 +7,7 @@ as a user's machine would have them. Only the processes it starts are stopped.
 
 By hand (a developer's fleet to poke at):
 
-    python -m tests.sshfleet 3            # prints the environment and fleet file to use; Ctrl-C stops it
+    python -m tests.support.sshfleet 3            # prints the environment and fleet file to use; Ctrl-C stops it
 """
 
 from __future__ import annotations

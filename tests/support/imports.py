@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 STDLIB = set(sys.stdlib_module_names)
-FRONT = {"drover", "drover.front"}
+FRONT = {"drover", "drover.front", "drover.paths"}
 
 
 def importtime_modules(stderr: str) -> set[str]:

@@ -3,7 +3,7 @@
 The CLI comes from npm (@openai/codex@0.169.0), installed once into ~/.cache/drover-test/ and reused.
 
 A lab is one HOME (= CODEX_HOME's parent) and one network namespace that has only a loopback. The fake model
-(tests/fake_responses.py) is the namespace's first process; every Codex process of the lab (the TUIs in their
+(tests/support/fake_responses.py) is the namespace's first process; every Codex process of the lab (the TUIs in their
 panes, the app-server daemon they start, `codex queue`) joins that namespace, so nothing Codex does can reach a
 real address, and all of it talks to the same fake, which is what Codex needs: the TUI does not own its session,
 a per-CODEX_HOME app-server daemon does, and it makes the model requests for every TUI of that CODEX_HOME.
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 try:  # imported as tests.X by pytest, as X by scripts/test.sh
-    from tests.npmcache import cache_root, npm_install
+    from tests.support.npmcache import cache_root, npm_install
 except ImportError:
     from npmcache import cache_root, npm_install  # type: ignore[no-redef]
 
@@ -580,7 +580,7 @@ class CodexLab:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Capturing the screens drover's codex profile is tested against: python -m tests.codexlab [DEST]
+# Capturing the screens drover's codex profile is tested against: python -m tests.support.codexlab [DEST]
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -645,7 +645,7 @@ if __name__ == "__main__":
     found, why = ensure_binary()
     if found is None:
         sys.exit(f"codex cannot run here: {why}")
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "screens"
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE.parent / "screens"
     lab_root = Path(tempfile.mkdtemp(prefix="dcx-"))
     try:
         for shot_name in capture_screens(out, found, lab_root):

@@ -1,5 +1,5 @@
 """The real gemini-cli, offline, in tmux panes: each session in its own network namespace with a fake Gemini API
-beside it (tests/fake_gemini.py), like tests/claudelab.py does for Claude Code.
+beside it (tests/support/fake_gemini.py), like tests/support/claudelab.py does for Claude Code.
 
 The program comes from npm (@google/gemini-cli@0.61.0), installed once into ~/.cache/drover-test/ and reused. It
 is started the way a global npm install starts it (`node …/node_modules/.bin/gemini`), so drover sees a `gemini`
@@ -7,7 +7,7 @@ command in the pane. gemini-cli reads its base URL from GOOGLE_GEMINI_BASE_URL a
 (packages/core createContentGenerator); with `security.auth.selectedType = "gemini-api-key"` in settings.json it
 asks nothing at start. Every session of one lab shares a HOME (so they share ~/.gemini, as a user's sessions do).
 
-    python -m tests.geminilab capture tests/screens     # (re)make the gemini-*.txt captures
+    python -m tests.support.geminilab capture tests/screens     # (re)make the gemini-*.txt captures
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 try:  # imported as tests.X by pytest, as X by scripts/test.sh
-    from tests.npmcache import cache_root, npm_install
+    from tests.support.npmcache import cache_root, npm_install
 except ImportError:
     from npmcache import cache_root, npm_install  # type: ignore[no-redef]
 
@@ -331,7 +331,7 @@ def _signal(pid: int, sig: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Making the captures in tests/screens/ (python -m tests.geminilab capture tests/screens)
+# Making the captures in tests/screens/ (python -m tests.support.geminilab capture tests/screens)
 # ---------------------------------------------------------------------------------------------------------------
 
 DRAFT = "half-written: please also check the migration"
@@ -420,7 +420,7 @@ def capture(dest: Path, binary: Path, root: Path, server: str = "gemini-capture"
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "capture":
-        print("usage: python -m tests.geminilab capture DIR", file=sys.stderr)
+        print("usage: python -m tests.support.geminilab capture DIR", file=sys.stderr)
         return 2
     binary, why = ensure_binary()
     if binary is None:
