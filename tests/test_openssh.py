@@ -362,3 +362,17 @@ def _pgid(pid: int) -> int | None:
     except (OSError, IndexError):
         return None
     return None if fields[0] in ("Z", "X") else int(fields[2])
+
+
+def test_drover_connect_refuses_what_has_no_master_to_open(sshfleet: SSHFleet, cli: Any) -> None:
+    """`drover connect` on an asyncssh host (which would not ride the master) or on `local` is a usage error that
+    says what to set; `--print` shows the command without running it."""
+    refused = cli("connect", "h1")
+    assert refused.code == 2 and 'transport = "openssh"' in refused.err and "[hosts.h1]" in refused.err, refused
+    assert cli("connect", "local").code == 2
+    use_openssh(sshfleet, "h1")
+    printed = cli("connect", "h1", "--print")
+    assert printed.code == 0 and printed.out.strip().endswith(
+        " -M -o ControlPersist=8h -o ControlPath=" + str(sshfleet.client_home / ".ssh" / "drover-%C") + " h1 true"
+    ), printed
+    assert ssh(sshfleet, "-o", f"ControlPath={control_path(sshfleet, 'h1')}", "-O", "check", "h1").returncode != 0
