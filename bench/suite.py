@@ -11,6 +11,7 @@ paired with its peer's in the same round (so a neighbour's load falls on both):
                                     through the daemon
   drover send h1:agent TEXT         ssh h1 'tmux send-keys -l TEXT \\; send-keys Enter'  (a fresh connection)
   the same, warm (drover daemon)    the same ssh through a warm ControlMaster
+  the same, warm, transport=openssh the same ssh through the same ControlMaster (the daemon's helper rides it)
   drover ls over N hosts            parallel-ssh -p N 'python3 -I -c pass; tmux list-panes -a'; xargs -P N ssh true
   the same, warm (drover daemon)    the same parallel-ssh through warm ControlMasters
   drover log -n 20, 1M events       tail -n 40 of the truth file
@@ -141,7 +142,16 @@ class Bench:
         self.cm = ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.root}/cm-%C", "-o", "ControlPersist=300"]
         fleet_file = self.root / "fleet.toml"
         limits = "[limits]\nbucket_size = 1000000\nduplicate_window_s = 0\n"
-        fleet_file.write_text(f.fleet_toml(limits).replace('ssh = "', 'tags = ["bench"]\nssh = "'))
+        # h1 once more, as an openssh-transport host riding the same ControlMaster as the ssh rows (an alias with
+        # that ControlPath: %C hashes the resolved endpoint, the same as h1's); untagged, so no fan-out asks it.
+        h1 = f.addr("h1")
+        cfg.write_text(
+            f"Host h1o\n    HostName {h1}\n    Port {f.port}\n    User {f.user}\n    IdentityFile {f.client_key}\n"
+            f"    ControlPath {self.root}/cm-%C\n" + cfg.read_text()
+        )
+        openssh = 'transport = "openssh"'
+        hosts = f.fleet_toml(limits).replace('ssh = "', 'tags = ["bench"]\nssh = "') + f'[hosts.h1o]\nssh = "h1o"\n{openssh}\n'
+        fleet_file.write_text(hosts)
         (self.root / "lt").mkdir()
         self.env = {
             **os.environ,
@@ -356,8 +366,12 @@ class Bench:
         ssh(0, warm=True)  # opens the master
         if self.daemon():
             self.drover("send", "h1:agent", "warm-up", env=self.warm_env)(0)
+            self.drover("send", "h1o:agent", "warm-up", env=self.warm_env)(0)
             tools = {
                 "drover send h1:agent (daemon)": self.drover("send", "h1:agent", "warm message {i}", env=self.warm_env),
+                "drover send h1o:agent (daemon, openssh)": self.drover(
+                    "send", "h1o:agent", "openssh message {i}", env=self.warm_env
+                ),
                 "ssh h1 (ControlMaster)": lambda i: ssh(i, warm=True),
             }
             s = self.hidden_cpu("warm send", ["h1"], lambda: self.rounds(tools))
@@ -365,6 +379,9 @@ class Bench:
             warm = s["drover send h1:agent (daemon)"]
             self.rows.append(("send h1:PANE, warm", warm, "ssh (fresh connection)", cold_ssh, "<= 0.25x"))
             self.rows.append(("send h1:PANE, warm", warm, "ssh (warm ControlMaster)", s["ssh h1 (ControlMaster)"], "<= 3x"))
+            through = s["drover send h1o:agent (daemon, openssh)"]
+            master = s["ssh h1 (ControlMaster)"]
+            self.rows.append(("send h1:PANE, warm, openssh transport", through, "ssh (same ControlMaster)", master, "<= 3x"))
         else:
             s = self.rounds({"ssh h1 (ControlMaster)": lambda i: ssh(i, warm=True)})
             self.rows.append(("send h1:PANE, warm", None, "ssh (fresh connection)", cold_ssh, "<= 0.25x"))

@@ -44,6 +44,11 @@ class HostConfig(_Strict):
     identity: str | None = Field(None, description="private key file")
     proxy_jump: str | None = None
     python: str = "python3"
+    transport: Literal["asyncssh", "openssh"] = Field(
+        "asyncssh",
+        description="openssh: run the system ssh with your own config, riding your ControlMaster (second factor, "
+        "Kerberos, hardware keys); open it with `drover connect HOST`",
+    )
     tags: list[str] = Field(default_factory=list)
     known_hosts: str | None = None
     accept_new: bool = False

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import drover
 from tests.conftest import stays, wait_for
 
@@ -196,8 +198,13 @@ def test_read_filters_on_the_host(claude_lab: Any, cli: Any) -> None:
     assert bad.code == 2 and "not a valid regular expression" in bad.err
 
 
-def test_inbox_over_ssh(claude_binary: Path, sshfleet: Any, cli: Any, monkeypatch: Any, request: Any) -> None:
+@pytest.mark.parametrize("transport", ["asyncssh", "openssh"])
+def test_inbox_over_ssh(claude_binary: Path, sshfleet: Any, cli: Any, monkeypatch: Any, request: Any, transport: str) -> None:
+    """The inbox lane over either transport (openssh: the system ssh, as riding a master does)."""
     from tests.support.claudelab import ClaudeLab
+
+    text = sshfleet.fleet_file.read_text()
+    sshfleet.fleet_file.write_text(text.replace('ssh = "h2"\n', f'ssh = "h2"\ntransport = "{transport}"\n'))
 
     # A Claude session on host h2: that host's HOME and tmux server, reached through the real sshd.
     monkeypatch.setenv("TMUX_TMPDIR", sshfleet.host_env("h2")["TMUX_TMPDIR"])

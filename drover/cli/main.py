@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from drover.cli import (  # noqa: F401 - importing a command module registers it
     commands,
+    connect_cmds,
     daemon_cmds,
     demo,
     fleet_cmds,

@@ -358,9 +358,31 @@ def fleet_check(data: dict[str, Any]) -> None:
             err().print(
                 Text(f"warning: {row['host']}: stale Claude session record {stale['record']}: {stale['reason']}"), style="yellow"
             )
+    for row in data.get("hosts", []):
+        _master_line(row)
     bad = [r["host"] for r in data.get("hosts", []) if not r.get("ok")]
     if bad:
         err().print(Text(f"drover: {len(bad)} host(s) failed the check: {', '.join(bad)}"), style="red")
+
+
+def _master_line(row: dict[str, Any]) -> None:
+    """A `transport = "openssh"` host's master: up, or the command that opens it."""
+    if row.get("transport") != "openssh":
+        return
+    host, state = row["host"], row.get("master")
+    if state == "up":
+        out.print(Text(f"{host}: OpenSSH master up ({row.get('control_path')})"))
+    elif state is None:
+        err.print(Text(f"{host}: OpenSSH master unknown: {row.get('master_error')}"), style="yellow")
+    elif row.get("ok"):  # the login worked without one (a key, a Kerberos ticket): a master would only be faster
+        out.print(Text(f"{host}: no OpenSSH master ({state}); logins work without one; `drover connect {host}` opens one"))
+    else:
+        err.print(
+            Text(f"{host}: no OpenSSH master ({state}): open it with `drover connect {host}` (runs: {row.get('connect')})"),
+            style="yellow",
+        )
+    if row.get("control_path_note"):
+        err.print(Text(f"{host}: {row['control_path_note']}"), style="yellow")
 
 
 def waited(data: dict[str, Any]) -> None:

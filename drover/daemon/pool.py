@@ -1,4 +1,4 @@
-"""The daemon's pool: one SSHTransport per host in persistent mode (one connection, long-lived helpers), on the
+"""The daemon's pool: one SSH transport per host in persistent mode (one connection, long-lived helpers), on the
 daemon's loop, and the Context through which a request's ops reach it.  A library client (drover/api.py) keeps a
 Pool of its own, on its loop, reached through LinkedTransport."""
 
@@ -113,7 +113,7 @@ class Pool:
             self.evicted += 1
 
     def _link(self, host: str, cfg: Any, defaults: Any, profiles: dict[str, Any]) -> Any:
-        from drover.transport.ssh import SSHTransport
+        from drover.transport.openssh import transport_class
 
         # The fleet file is read again for every request; a host whose settings changed gets a new connection.
         key = json.dumps([cfg.model_dump(mode="json"), defaults.connect_timeout, profiles], sort_keys=True, default=str)
@@ -126,7 +126,7 @@ class Pool:
         slots = known[1]._slots if known is not None else None
         if known is not None:
             self._retire(known[1])
-        transport = SSHTransport(host, cfg, defaults, profiles, helpers=HELPERS_PER_HOST, slots=slots)
+        transport = transport_class(cfg)(host, cfg, defaults, profiles, helpers=HELPERS_PER_HOST, slots=slots)
         self.links[host] = (key, transport)
         self.stamps[host] = stamp
         self._evict(keep=host)
@@ -159,8 +159,8 @@ class Pool:
             rows.append(
                 {
                     "host": host,
-                    "connected": t._conn is not None,
-                    "helpers": len(t._idle) + t.busy,
+                    "connected": t.connected,
+                    "helpers": t.idle_helpers + t.busy,
                     "busy": t.busy,
                     "connects": t.connects,
                 }

@@ -159,9 +159,10 @@ class Context:
                 self._transports[host] = LocalTransport(host, dict(route.profiles))
             else:
                 # Imported here so that `--help` and local work never pay for asyncssh.
-                from drover.transport.ssh import SSHTransport
+                from drover.transport.openssh import transport_class
 
-                self._transports[host] = SSHTransport(host, route.ssh_config, route.defaults, dict(route.profiles))
+                route_cfg = route.ssh_config
+                self._transports[host] = transport_class(route_cfg)(host, route_cfg, route.defaults, dict(route.profiles))
         return self._transports[host]
 
     def connect_seconds(self, host: str) -> float | None:

@@ -28,6 +28,8 @@ FAILED_STEP = {
     P.HOST_KEY_CHANGED: "host_key",
     P.HOST_KEY: "host_key",
     P.AUTH_FAILED: "auth",
+    P.SECOND_FACTOR: "auth",
+    P.NO_MASTER: "auth",
     P.SSH_ERROR: "auth",
     P.SHELL_FAILED: "shell",
     P.PYTHON_MISSING: "python",
@@ -84,9 +86,32 @@ async def fleet_check(ctx: Context, req: CheckRequest) -> Result:
             timings[host] = time.monotonic() - started
 
     rows = await fan_out_each(ctx, hosts, hello)
+    masters = await _masters(ctx, hosts)
     out = []
     for host, data, err in rows:
         connect = ctx.connect_seconds(host)
-        out.append(_row(host, data, err, timings.get(host, 0.0), connect))
+        out.append({**_row(host, data, err, timings.get(host, 0.0), connect), **masters.get(host, {})})
     errors = [err.to_dict() for _h, _d, err in rows if err is not None]
     return Result({"hosts": out}, errors, fan_exit(rows))
+
+
+async def _masters(ctx: Context, hosts: list[str]) -> dict[str, dict[str, Any]]:
+    """Per `transport = "openssh"` host: whether the user's master is up and the one command that opens it."""
+    import asyncio
+
+    chosen = [h for h in hosts if ctx.fleet.host(h).transport == "openssh"]
+    if not chosen:
+        return {}
+    from drover.transport.openssh_config import OpenSSHCommand
+    from drover.transport.openssh_master import describe
+
+    async def one(host: str) -> dict[str, Any]:
+        cfg = ctx.fleet.host(host)
+        seconds = ctx.timeout_s or cfg.connect_timeout or ctx.fleet.defaults.connect_timeout
+        try:
+            return {"transport": "openssh", **await describe(OpenSSHCommand(host, cfg, seconds), seconds)}
+        except DroverError as exc:
+            return {"transport": "openssh", "master": None, "master_error": exc.message}
+
+    found = await asyncio.gather(*(one(h) for h in chosen))
+    return dict(zip(chosen, found, strict=True))

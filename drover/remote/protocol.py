@@ -20,6 +20,7 @@ ANSWER_MARK = b"\x1edrover-answer "
 # Exit statuses of the remote bootstrap that come before any JSON can be written.
 EXIT_TOO_OLD = 97  # the interpreter is older than MIN_PYTHON
 EXIT_NOT_FOUND = 127  # the shell could not find the interpreter
+EXIT_SSH_FAILED = 255  # OpenSSH's client failed itself (the remote command's own status is anything else)
 MIN_PYTHON = (3, 6)
 
 # -- outcomes: what became of a message ------------------------------------------------------------------------
@@ -153,6 +154,8 @@ PYTHON_TOO_OLD = "python_too_old"
 SHELL_FAILED = "shell_failed"
 PROXY_JUMP_FAILED = "proxy_jump_failed"
 IDENTITY_MISSING = "identity_missing"
+SECOND_FACTOR = "second_factor"  # the host asks for a code (keyboard-interactive) asyncssh cannot type
+NO_MASTER = "no_master"  # an openssh-transport host that needs the user's ControlMaster, which is not up
 HELPER_ERROR = "helper_error"
 REQUEST_TIMEOUT = "timeout"
 INTERRUPTED = "interrupted"
@@ -274,6 +277,8 @@ CODES = {
     SHELL_FAILED: FAILURE,
     PROXY_JUMP_FAILED: FAILURE,
     IDENTITY_MISSING: CONFIG,
+    SECOND_FACTOR: FAILURE,
+    NO_MASTER: FAILURE,
     HELPER_ERROR: FAILURE,
     REQUEST_TIMEOUT: FAILURE,
     INTERRUPTED: FAILURE,

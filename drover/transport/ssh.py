@@ -37,6 +37,14 @@ class _Client(asyncssh.SSHClient):
         self._judge = judge
         self._on_lost = on_lost
 
+    kbdint_offered = False
+
+    def kbdint_auth_requested(self) -> str | None:
+        # The host offers keyboard-interactive (a one-time code, a password): drover has nothing to type, but
+        # "authentication refused" alone would hide that the host wants a second factor.
+        self.kbdint_offered = True
+        return NotImplemented  # asyncssh's default: a password if one was given
+
     def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
         return self._judge.judge(host, addr, port, key)
 
@@ -75,6 +83,14 @@ class SSHTransport:
         self.connects = 0
         self.retiring = False
 
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    @property
+    def idle_helpers(self) -> int:
+        return len(self._idle)
+
     # -- connection ------------------------------------------------------------------------------------------
     async def _connection(self) -> asyncssh.SSHClientConnection:
         async with self._lock:
@@ -101,9 +117,15 @@ class SSHTransport:
         judge = HostKeyJudge(self.host, cfg, known)
         made: list[asyncssh.SSHClientConnection] = []
         on_lost = self._lost(lambda: made[0] if made else None) if self.helpers else None
+        clients: list[_Client] = []
+
+        def client() -> _Client:
+            clients.append(_Client(judge, on_lost))
+            return clients[-1]
+
         options: dict[str, Any] = {
             "known_hosts": known if known else b"",
-            "client_factory": lambda: _Client(judge, on_lost),
+            "client_factory": client,
             "connect_timeout": self.connect_timeout,
             "login_timeout": self.connect_timeout,
             # Whatever ~/.ssh/config says (ForwardAgent yes): a host drover talks to never gets the user's agent.
@@ -134,6 +156,16 @@ class SSHTransport:
         except asyncssh.HostKeyNotVerifiable:
             raise judge.error() from None
         except asyncssh.PermissionDenied as exc:
+            if clients and clients[-1].kbdint_offered:
+                raise TransportError(
+                    f"{where} asks for a keyboard-interactive login (a one-time code or password, a second factor), "
+                    "which drover cannot type",
+                    host=self.host,
+                    code=P.SECOND_FACTOR,
+                    hint=f'reach it through your own OpenSSH master: set transport = "openssh" under [hosts.{self.host}] '
+                    f"in fleet.toml, then open the master once with `drover connect {self.host}` (if your key alone "
+                    "should let you in, check the host's `identity` and `user` instead)",
+                ) from None
             raise TransportError(
                 f"authentication refused by {where}: {exc.reason}",
                 host=self.host,

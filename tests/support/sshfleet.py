@@ -41,8 +41,13 @@ def keygen(path: Path, comment: str) -> str:
 
 
 class SSHFleet:
-    def __init__(self, count: int = 3, root: Path | None = None, sshd_options: list[str] | None = None) -> None:
+    def __init__(
+        self, count: int = 3, root: Path | None = None, sshd_options: list[str] | None = None, second_factor: bool = False
+    ) -> None:
         self.count = count
+        # Every login needs the key *and* a one-time code (keyboard-interactive through PAM): see _second_factor.
+        self.second_factor = second_factor
+        self.pam_service: Path | None = None
         # More sshd_config lines for every sshd (the benchmark's `KexAlgorithms curve25519-sha256`).
         self.sshd_options = list(sshd_options or [])
         # Short paths: tmux and sshd sockets live under here, and Unix socket paths are limited to 108 bytes.
@@ -94,14 +99,17 @@ class SSHFleet:
             path.chmod(mode)
         for name in [*self.names, "spare"]:
             (self.host_home(name) / "t").mkdir(parents=True)
+        sshd = SSHD
+        if self.second_factor:
+            sshd, auth = self._second_factor(sshd_dir)
+        else:
+            auth = ["UsePAM no", "KbdInteractiveAuthentication no", "PermitRootLogin prohibit-password"]
         common = [
             f"HostKey {sshd_dir / 'host_ed25519'}",
             f"AuthorizedKeysFile {sshd_dir / 'authorized_keys'}",
             "StrictModes no",
-            "UsePAM no",
+            *auth,
             "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
-            "PermitRootLogin prohibit-password",
             "PrintMotd no",
             "MaxStartups 500",
             "MaxSessions 100",
@@ -131,10 +139,10 @@ class SSHFleet:
             config = sshd_dir / f"sshd_config.{i // 16}"
             listen = [f"ListenAddress {a}:{self.port}" for a in addresses[i : i + 16]]
             config.write_text("\n".join([*listen, f"PidFile {sshd_dir / f'sshd.{i // 16}.pid'}", *common]) + "\n")
-            check = subprocess.run([SSHD, "-t", "-f", str(config)], capture_output=True, text=True)
+            check = subprocess.run([sshd, "-t", "-f", str(config)], capture_output=True, text=True)
             if check.returncode != 0:
                 raise RuntimeError(f"sshd rejected its config: {check.stderr}")
-            self.procs.append(subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=self.log, stderr=subprocess.STDOUT))
+            self.procs.append(subprocess.Popen([sshd, "-D", "-e", "-f", str(config)], stdout=self.log, stderr=subprocess.STDOUT))
         self._wait_listening()
         # sshd logs those probes from the children it forked for them, maybe later: what connections() counts
         # from a log_mark taken now must not include them.
@@ -152,6 +160,56 @@ class SSHFleet:
             )
         )
         return self
+
+    # -- the second factor ------------------------------------------------------------------------------------
+    def _second_factor(self, sshd_dir: Path) -> tuple[str, list[str]]:
+        """sshd wanting the key, then a one-time code (keyboard-interactive through PAM, pam_exec checking the code
+        file): what an HPC login node with a second factor asks.  sshd names its PAM service after the name it runs
+        under, so it runs through a symlink whose name is this fleet's own service (needs root to write
+        /etc/pam.d; removed by stop())."""
+        if os.geteuid() != 0:
+            raise RuntimeError("the second-factor sshd needs root: it writes its PAM service into /etc/pam.d")
+        if not Path("/lib/x86_64-linux-gnu/security/pam_exec.so").exists() and not any(
+            Path(d, "pam_exec.so").exists() for d in ("/lib/security", "/usr/lib/security", "/usr/lib64/security")
+        ):
+            raise RuntimeError("pam_exec is missing (apt-get install libpam-modules)")
+        check = sshd_dir / "otp-check"
+        check.write_text(
+            "#!/bin/sh\n"
+            "# pam_exec hands the typed code on stdin (expose_authtok); each attempt is logged for the tests.\n"
+            "code=$(tr -d '\\000\\n')\n"
+            f'echo "$PAM_USER $code" >> {self.otp_log}\n'
+            f'[ -n "$code" ] && [ "$code" = "$(cat {self.otp_file})" ]\n'
+        )
+        check.chmod(0o755)
+        self.otp_file.write_text("424242\n")
+        self.otp_log.touch()
+        name = f"drover-otp-{self.root.name}"
+        self.pam_service = Path("/etc/pam.d") / name
+        self.pam_service.write_text(
+            f"auth required pam_exec.so expose_authtok quiet {check}\nauth required pam_permit.so\n"
+            "account required pam_permit.so\nsession required pam_permit.so\npassword required pam_deny.so\n"
+        )
+        link = sshd_dir / name
+        link.symlink_to(SSHD)
+        auth = [
+            "UsePAM yes",
+            "KbdInteractiveAuthentication yes",
+            "AuthenticationMethods publickey,keyboard-interactive",
+            "PermitRootLogin yes",  # prohibit-password would refuse root the keyboard-interactive step
+        ]
+        return str(link), auth
+
+    @property
+    def otp_file(self) -> Path:
+        return self.root / "sshd" / "otp-code"
+
+    @property
+    def otp_log(self) -> Path:
+        return self.root / "sshd" / "otp-attempts"
+
+    def otp_attempts(self) -> list[str]:
+        return self.otp_log.read_text().splitlines() if self.otp_log.exists() else []
 
     def _wait_listening(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
@@ -237,6 +295,8 @@ class SSHFleet:
                     proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+        if self.pam_service is not None:
+            self.pam_service.unlink(missing_ok=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -1,0 +1,110 @@
+"""The user's OpenSSH master for a `transport = "openssh"` host: is it up, and opening it (`drover connect HOST`).
+
+Masters are the user's: drover never opens one on its own (a cron job has nobody to type the code).  `drover
+connect` runs the one ssh command that opens it on the person's terminal, the code typed by them and never
+stored, then checks that the master answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import stat
+import subprocess
+from typing import Any
+
+from drover.errors import TransportError
+from drover.remote import protocol as P
+from drover.transport.openssh_config import OpenSSHCommand, socket_fits
+
+UP, DOWN, STALE, HUNG = "up", "down", "stale", "not answering"
+
+
+async def master_state(ssh: OpenSSHCommand, seconds: float) -> str:
+    """`up`, `down` (no socket), `stale` (a socket nobody listens on: a master that died) or `not answering` (a
+    master that accepts and never replies -- stopped, or wedged -- which would hold every call to its bound)."""
+    path = ssh.control_socket()
+    try:
+        if not stat.S_ISSOCK(os.stat(path).st_mode):
+            return STALE
+    except FileNotFoundError:
+        return DOWN
+    except OSError:
+        return STALE
+    proc = await asyncio.create_subprocess_exec(
+        *ssh.check(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    # No pipes (all DEVNULL): wait() ends when ssh does, and leaves nothing for a closed loop to clean up.
+    try:
+        code = await asyncio.wait_for(proc.wait(), seconds)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 2)
+        return HUNG
+    return UP if code == 0 else STALE
+
+
+async def describe(ssh: OpenSSHCommand, seconds: float) -> dict[str, Any]:
+    """What `fleet check` says of the master: its state, its socket, and the command that opens it."""
+    await asyncio.to_thread(ssh.resolved)
+    state = await master_state(ssh, seconds)
+    row: dict[str, Any] = {"master": state, "control_path": ssh.control_socket(), "connect": ssh.connect_line()}
+    user = ssh.user_control_path()
+    if user and not socket_fits(user):
+        row["control_path_note"] = (
+            f"your ControlPath {user} is {len(user.encode())} bytes: with the 17 bytes ssh adds while creating it, "
+            f"over the socket limit; drover uses {ssh.control_path()} instead (a shorter one in ~/.ssh/config, "
+            "e.g. ControlPath ~/.ssh/cm-%C, serves your own ssh too)"
+        )
+    return row
+
+
+def connect(ssh: OpenSSHCommand, seconds: float, say: Any) -> str:
+    """Open the master on this terminal (the person types the second factor).  Returns the state after."""
+    ssh.resolved()
+    state = asyncio.run(master_state(ssh, seconds))
+    path = ssh.control_socket()
+    if state == UP:
+        say(f"a master for {ssh.host} is already up ({path})")
+        return state
+    if state == HUNG:
+        raise TransportError(
+            f"the master at {path} accepts connections but does not answer (stopped or wedged)",
+            host=ssh.host,
+            code=P.NO_MASTER,
+            hint=f"end that ssh -M process (or remove {path}), then run `drover connect {ssh.host}` again",
+        )
+    if state == STALE:
+        # ssh -M refuses to replace an existing socket ("already exists, disabling multiplexing") and would open
+        # a master nobody can reach: the dead master's socket goes first.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    say(f"opening the master: {ssh.connect_line()}")
+    # The terminal is inherited (no pipes): the prompt is the person's, and the master, once in the background,
+    # holds nothing of drover's.
+    done = subprocess.run(ssh.connect(), check=False)
+    if done.returncode != 0:
+        raise TransportError(
+            f"ssh exited with status {done.returncode}: no master was opened for {ssh.host}",
+            host=ssh.host,
+            code=P.NO_MASTER,
+            hint="its message above says why; `ssh -v` with the same command shows more",
+        )
+    state = asyncio.run(master_state(ssh, seconds))
+    if state != UP:
+        raise TransportError(
+            f"ssh logged in but no master answers at {path} ({state})",
+            host=ssh.host,
+            code=P.NO_MASTER,
+            hint="does your ~/.ssh/config set ControlMaster no or ControlPath none for this host?",
+        )
+    say(f"the master for {ssh.host} is up: drover's calls ride it with no prompt ({path})")
+    return state
