@@ -41,6 +41,6 @@ def connect(
     seconds = ctx.timeout_s or cfg.connect_timeout or ctx.fleet.defaults.connect_timeout
     ssh = OpenSSHCommand(host, cfg, seconds)
     if print_only:
-        render.out.print(ssh.connect_line(), markup=False, highlight=False)
+        render.out().print(ssh.connect_line(), markup=False, highlight=False)
         return
-    open_master(ssh, seconds, lambda line: render.err.print(line, markup=False, highlight=False))
+    open_master(ssh, seconds, lambda line: render.err().print(line, markup=False, highlight=False))

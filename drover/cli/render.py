@@ -371,18 +371,18 @@ def _master_line(row: dict[str, Any]) -> None:
         return
     host, state = row["host"], row.get("master")
     if state == "up":
-        out.print(Text(f"{host}: OpenSSH master up ({row.get('control_path')})"))
+        out().print(Text(f"{host}: OpenSSH master up ({row.get('control_path')})"))
     elif state is None:
-        err.print(Text(f"{host}: OpenSSH master unknown: {row.get('master_error')}"), style="yellow")
+        err().print(Text(f"{host}: OpenSSH master unknown: {row.get('master_error')}"), style="yellow")
     elif row.get("ok"):  # the login worked without one (a key, a Kerberos ticket): a master would only be faster
-        out.print(Text(f"{host}: no OpenSSH master ({state}); logins work without one; `drover connect {host}` opens one"))
+        out().print(Text(f"{host}: no OpenSSH master ({state}); logins work without one; `drover connect {host}` opens one"))
     else:
-        err.print(
+        err().print(
             Text(f"{host}: no OpenSSH master ({state}): open it with `drover connect {host}` (runs: {row.get('connect')})"),
             style="yellow",
         )
     if row.get("control_path_note"):
-        err.print(Text(f"{host}: {row['control_path_note']}"), style="yellow")
+        err().print(Text(f"{host}: {row['control_path_note']}"), style="yellow")
 
 
 def waited(data: dict[str, Any]) -> None:
