@@ -9,6 +9,8 @@ paired with its peer's in the same round (so a neighbour's load falls on both):
   drover --help                     python -c pass
   drover send local:agent TEXT      tmux send-keys -l TEXT, then tmux send-keys Enter (two processes); cold and
                                     through the daemon
+  drover send local:claude TEXT     bench/min_inbox_sender.py: the same envelope to the same inbox socket of a real
+                                    idle Claude Code (offline); cold and through the daemon (bench/inbox_bench.py)
   drover send h1:agent TEXT         ssh h1 'tmux send-keys -l TEXT \\; send-keys Enter'  (a fresh connection)
   the same, warm (drover daemon)    the same ssh through a warm ControlMaster
   the same, warm, transport=openssh the same ssh through the same ControlMaster (the daemon's helper rides it)
@@ -44,6 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+import inbox_bench  # noqa: E402
 import measure  # noqa: E402
 from measure import Sample, Series, run  # noqa: E402
 from truthlog import generate  # noqa: E402
@@ -715,6 +718,7 @@ def main() -> int:
         bench.start()
         bench.help_row()
         bench.local_send()
+        inbox_bench.rows(bench, DROVER)
         bench.remote_send()
         bench.fan_out()
         bench.stale()

@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,10 @@ def test_idle_session_receives_a_drover_message(claude_lab: Any, cli: Any) -> No
     assert res.code == 0, res.err
     data = res.json()["data"]
     assert (data["outcome"], data["lane"]) == ("delivered", "inbox")
+    # The wait ended on Claude's own record of the message, not on the receipt timer (issue 20)
+    assert (data["verified"], data["wait_ended_by"]) == (True, "record"), data
+    assert data["verification"].startswith("seen in the receiver's record ") and data["state"] == "idle", data
+    assert data["verification"].endswith(f"{s.session_id}.jsonl"), data
     peers = wait_for(s.peer_messages, timeout=20, what="the peer record in the transcript")
     origin = peers[-1]["origin"]
     assert origin["body"] == "coordinator here: rebase on master"
@@ -51,6 +56,8 @@ def test_busy_session_queues_and_wait_returns_on_the_idle_notice(claude_lab: Any
     wait_for(lambda: s.status() == "busy", timeout=20, what="the turn to start")
     second = send(s, "arrives while busy")
     assert (second.data["outcome"], second.data["lane"]) == ("queuedBehindTurn", "inbox"), second.data
+    # queued behind the turn: silence past the window Claude's receipts come in, and no record yet to show it
+    assert (second.data["wait_ended_by"], second.data["verified"]) == ("busy_window", False), second.data
     res = cli("wait", "local:busy-a", "--until", "idle", "--timeout", "60", "--json")
     assert res.code == 0, res.err
     waited = res.json()["data"]
@@ -66,12 +73,13 @@ def test_hold_and_refuse_settings_come_back_as_receipts(claude_lab: Any) -> None
     claude_lab.settings(crossSessionInbound="hold")
     s = claude_lab.start("gate-a")
     held = send(s, "please hold this")
-    assert held.data["outcome"] == "held", held.data
+    assert (held.data["outcome"], held.data["wait_ended_by"]) == ("held", "receipt"), held.data
     assert held.exit_code == 3
     claude_lab.settings(crossSessionInbound="refuse")
     time.sleep(2.5)  # the setting is read live, after the file watcher notices
     refused = send(s, "please refuse this")
     assert refused.data["outcome"] == "refused" and refused.data["code"] == "refused", refused.data
+    assert refused.data["wait_ended_by"] == "receipt", refused.data
     assert refused.exit_code == 4
     outcomes = [(m["outcome"], m["lane"]) for m in drover.run("messages.list", {}).data["messages"]]
     assert outcomes == [("held", "inbox"), ("refused", "inbox")]
@@ -86,9 +94,84 @@ def test_duplicate_is_dropped_by_the_receiver_when_drovers_own_limit_is_off(clau
         assert first.data["outcome"] == "delivered"
         second = client.run("sessions.message", id=s.name, text="same words")
     assert (second.data["outcome"], second.data["code"]) == ("dropped", "duplicate"), second.data
+    # the first one's record in the transcript (the same words) is no evidence for the second: its receipt decides
+    assert (first.data["wait_ended_by"], second.data["wait_ended_by"]) == ("record", "receipt"), second.data
     # with drover's limit on (the default), the second never leaves
     third = send(s, "same words")
     assert (third.data["outcome"], third.data["code"]) == ("refused", "duplicate")
+
+
+def test_a_busy_session_still_gets_its_receipt_before_the_wait_ends(claude_lab: Any) -> None:
+    """The wait for a busy session ends after the window Claude's negative receipts come in: a held one is in it."""
+    s = claude_lab.start("busyhold-a", project_settings={"crossSessionInbound": "hold"}, delay=120)
+    claude_lab.tmux("send-keys", "-t", s.pane, "-l", "a slow turn, typed by its person")
+    wait_for(lambda: "a slow turn, typed" in s.screen(), timeout=10, what="the typed prompt")
+    claude_lab.tmux("send-keys", "-t", s.pane, "Enter")
+    wait_for(lambda: s.status() == "busy", timeout=30, what="the turn to start")
+    held = send(s, "held while busy")
+    assert (held.data["outcome"], held.data["wait_ended_by"], held.data["state"]) == ("held", "receipt", "busy"), held.data
+    assert s.peer_messages() == []
+
+
+def _line(record: dict[str, Any]) -> str:
+    return json.dumps(record) + "\n"
+
+
+def test_only_claudes_own_record_of_the_message_ends_the_wait(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hostile: lines that hold the message's words or its id but are not Claude's record of it are no evidence."""
+    from drover.remote import verify
+
+    config = isolated / "claude-config"
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config))
+    sid, ours, other = str(uuid.uuid4()), str(uuid.uuid4()), str(uuid.uuid4())
+    transcript = config / "projects" / "-tmp-w0" / f"{sid}.jsonl"
+    transcript.parent.mkdir(parents=True)
+    transcript.write_text(_line({"type": "custom-title", "customTitle": "w0", "sessionId": sid}))
+    session = {"engine": "claude", "_record": {"sessionId": sid}}
+    watch = verify.PeerWatch(session, ours)
+    body = "rebase on master"
+    envelope = f'<cross-session-message from="uds:/tmp/cc-socks/1.sock" from-mode="prompting">\n{body}\n</cross-session-message>'
+    peer = {"kind": "peer", "msg_id": ours, "body": body, "name": "drover (tester)"}
+    hostile: list[dict[str, Any]] = [
+        # the same words, sent earlier under another id, and taken
+        {"type": "user", "message": {"role": "user", "content": envelope}, "origin": dict(peer, msg_id=other)},
+        # queued behind a turn: Claude notes it, but has not delivered it
+        {"type": "queue-operation", "operation": "enqueue", "content": envelope + ours, "sessionId": sid},
+        # the assistant quoting the message and its id, and calling a tool with an origin-shaped input
+        {"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": f"{envelope} {ours}"}]}},
+        {
+            "type": "assistant",
+            "message": {"role": "assistant", "content": [{"type": "tool_use", "name": "Bash", "input": {"origin": peer}}]},
+        },
+        # a tool's output and a person's own typing that hold Claude's record of it, verbatim
+        {
+            "type": "user",
+            "message": {"role": "user", "content": [{"type": "tool_result", "content": [{"type": "text", "origin": peer}]}]},
+            "origin": {"kind": "human"},
+        },
+        {"type": "user", "message": {"role": "user", "content": json.dumps({"origin": peer})}, "origin": {"kind": "human"}},
+        # not a user record
+        {"type": "system", "subtype": "informational", "message": {"role": "system", "content": body}, "origin": peer},
+    ]
+    with transcript.open("a") as f:
+        f.write("".join(_line(r) for r in hostile))
+    assert watch.seen() is None
+    assert verify.find(session, {"receiver_msg_id": ours}, "inbox")["found"] is False
+    # Claude's own record, caught half written, then whole
+    real = _line({"type": "user", "isMeta": True, "message": {"role": "user", "content": envelope}, "origin": peer})
+    with transcript.open("a") as f:
+        f.write(real[:40])
+    assert watch.seen() is None
+    with transcript.open("a") as f:
+        f.write(real[40:])
+    assert watch.seen() == str(transcript)
+    assert verify.find(session, {"receiver_msg_id": ours}, "inbox")["found"] is True
+    # a transcript that appears only after the watch began (a session's first message) is new from its first byte
+    fresh = str(uuid.uuid4())
+    late = verify.PeerWatch({"engine": "claude", "_record": {"sessionId": fresh}}, ours)
+    assert late.seen() is None
+    (transcript.parent / f"{fresh}.jsonl").write_text(real)
+    assert late.seen() == str(transcript.parent / f"{fresh}.jsonl")
 
 
 def test_bypass_session_holds_plain_messages_and_takes_the_owners(claude_lab: Any, isolated: Path) -> None:

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import select
 import socket as socketlib
 import stat
 import struct
@@ -16,7 +17,7 @@ import time
 import uuid
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from . import claude, procs, tmux
+from . import claude, procs, tmux, verify
 from . import protocol as P
 from .faults import fault
 from .protocol import HelperError
@@ -65,6 +66,7 @@ class ReplySocket:
             sock.bind(self.path)
             os.chmod(self.path, 0o600)
             sock.listen(16)
+            sock.settimeout(0.5)  # accept() only after select() saw a connection: never blocks long
             self.sock = sock
         except OSError as exc:
             _REPLY_LOCK.release()
@@ -92,14 +94,14 @@ class ReplySocket:
         assert self.sock is not None
         deadline = time.monotonic() + timeout
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            # One look even when the time is up: a receipt already waiting to be accepted is not lost.
+            ready, _, _ = select.select([self.sock], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
                 return None
-            self.sock.settimeout(left)
             try:
                 conn, _ = self.sock.accept()
-            except socketlib.timeout:
-                return None
+            except (socketlib.timeout, BlockingIOError):
+                continue  # the connection went away between the look and the accept
             with conn:
                 conn.settimeout(2.0)
                 data = b""
@@ -251,13 +253,23 @@ def deliver(session: Dict[str, Any], content: Callable[[str], str], args: Dict[s
                 INBOX_MAX_LINE,
             )
             return dict(base, outcome=P.REFUSED, code=P.TOO_LARGE, detail=detail)
+        # Watching begins before the line leaves: Claude may write its record before send_line returns.
+        watch = verify.PeerWatch(session, msg_id)
+        started = time.monotonic()
         failed = send_line(rec, line)
         if failed is not None:
             return dict(base, **failed)
         fault("after_inbox_send")
-        wait = float(args.get("receipt_wait_s", 1.5))
-        receipt = reply.wait_for(lambda m: m.get("action") == "peer_message_status" and m.get("orig_msg_id") == msg_id, wait)
-    state = session["state"]
+        state = session["state"]
+        ended, receipt, seen = _await_evidence(reply, watch, msg_id, state, float(args.get("receipt_wait_s", 1.5)))
+    base = dict(base, wait_ended_by=ended, waited_s=round(time.monotonic() - started, 3))
+    if seen is not None:
+        # Claude's own record of it: the proof of acceptance, whatever the registry said the session was doing.
+        detail = "the inbox accepted it and the session was idle"
+        if state != "idle":
+            detail = "the inbox accepted it and the session took it at once, though %s" % session["reason"]
+        how = "seen in the receiver's record %s" % seen
+        return dict(base, outcome=P.DELIVERED, detail=detail, state=state, verified=True, verification=how)
     if receipt is None:
         if state == "idle":
             return dict(base, outcome=P.DELIVERED, detail="the inbox accepted it and the session was idle", state=state)
@@ -267,6 +279,47 @@ def deliver(session: Dict[str, Any], content: Callable[[str], str], args: Dict[s
     if outcome == P.HELD:
         detail = held_detail(session, str(base.get("declared_mode")), receipt)
     return dict(base, outcome=outcome, detail=detail, code=code, receipt=receipt, state=state)
+
+
+# How long after the line is written Claude Code's negative receipts (held, refused, dropped) reach a busy session's
+# sender: they go out as Claude reads the line, turn or no turn, while an accepted message to a busy session gets no
+# receipt and reaches the transcript only when the turn allows, so silence past this window is the answer.
+# Measured on 2.1.328 (bench/inbox_window.py, docs/lanes.md), 2 cores at load average 16-27: 284 receipts, p50
+# 16 ms (refused) to 83 ms (held), p99 of the slowest kind (held) 502 ms, worst 583 ms.  1 s is that worst with a
+# margin of 1.7; `receipt_wait_s` bounds it, and an idle session's wait ends on its record long before either.
+BUSY_RECEIPT_WINDOW_S = 1.0
+
+# What ended the wait for the message's fate (the outcome's `wait_ended_by`).
+ENDED_BY_RECORD = "record"  # Claude's transcript shows the message: delivered, verified
+ENDED_BY_RECEIPT = "receipt"  # a receipt for it came back: held, refused, dropped (or released)
+ENDED_BY_WINDOW = "busy_window"  # a busy or waiting session, silent past the window its receipts come in
+ENDED_BY_LIMIT = "receipt_wait_s"  # the upper bound, with neither receipt nor record
+
+
+def _await_evidence(
+    reply: ReplySocket, watch: "verify.PeerWatch", msg_id: str, state: str, limit: float
+) -> Tuple[str, Optional[Dict[str, Any]], Optional[str]]:
+    """(what ended the wait, the receipt or None, the transcript that shows the message or None).
+
+    Looks at the reply socket (a receipt wins when it is there first) and at the receiver's transcript in turn,
+    every few milliseconds; a session that is not idle queues an accepted message behind its turn, so after the
+    window its receipts come in, silence is the answer -- never `delivered` without the record."""
+    start = time.monotonic()
+    window = limit if state == "idle" else min(limit, BUSY_RECEIPT_WINDOW_S)
+    pause = 0.005
+    while True:
+        left = start + window - time.monotonic()
+        receipt = reply.wait_for(
+            lambda m: m.get("action") == "peer_message_status" and m.get("orig_msg_id") == msg_id, max(0.0, min(pause, left))
+        )
+        if receipt is not None:
+            return ENDED_BY_RECEIPT, receipt, None
+        seen = watch.seen()
+        if seen is not None:
+            return ENDED_BY_RECORD, None, seen
+        if time.monotonic() >= start + window:
+            return (ENDED_BY_LIMIT if window >= limit else ENDED_BY_WINDOW), None, None
+        pause = min(pause * 2, 0.04)
 
 
 HELD_BY_SETTING = (

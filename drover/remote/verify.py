@@ -68,8 +68,9 @@ def _after_envelope(value: object, marks: List[str]) -> str:
 PASTED = re.compile(r"<pasted_content((?: [a-z_]+=\"[^\"<>]*\")*)>\s*\Z")
 
 
-def _record_of(paths: Iterable[str], needles: List[str], since: float = 0.0) -> Optional[Any]:
-    """(the file, the record) of the message: the first file (modified since `since`) whose tail holds it."""
+def _record_of(paths: Iterable[str], needles: List[str], since: float = 0.0, inbox: bool = False) -> Optional[Any]:
+    """(the file, the record) of the message: the first file (modified since `since`) whose tail holds it.
+    `inbox`: only Claude's own record of an inbox message counts (peer_record), nothing that merely holds its id."""
     wanted = [n.encode("utf-8") for n in needles if n]
     for path in paths:
         try:
@@ -88,9 +89,70 @@ def _record_of(paths: Iterable[str], needles: List[str], since: float = 0.0) -> 
                 record = json.loads(line.decode("utf-8", "replace"))
             except ValueError:
                 continue
-            if _shows(record, needles):
+            if (inbox and any(peer_record(record, n) for n in needles)) or (not inbox and _shows(record, needles)):
                 return path, record
     return None
+
+
+def peer_record(record: object, msg_id: str) -> bool:
+    """Is this transcript record Claude's own record of the inbox message `msg_id`: a user record that Claude wrote
+    for a message from another session (origin.kind "peer") whose origin.msg_id is ours?  Nothing else counts: not
+    an assistant quoting the message or its id, not a tool's input or output that holds an origin-shaped object,
+    not a queue-operation (queued, not yet delivered), not an earlier message with the same words (another id)."""
+    if not isinstance(record, dict) or record.get("type") != "user" or not isinstance(record.get("message"), dict):
+        return False
+    origin = record.get("origin")
+    return isinstance(origin, dict) and origin.get("kind") == "peer" and origin.get("msg_id") == msg_id
+
+
+class PeerWatch:
+    """Watches a Claude session's transcript for Claude's own record of one inbox message, reading only what was
+    appended since the watch began (made before the line is sent): cheap enough to look every few milliseconds."""
+
+    def __init__(self, session: Session, msg_id: str) -> None:
+        self.session_id = str(session["_record"]["sessionId"])
+        self.msg_id = msg_id
+        self.offsets = {}  # type: Dict[str, int]
+        self.partial = {}  # type: Dict[str, bytes]
+        self._look_for_files(True)
+
+    def _look_for_files(self, at_start: bool) -> None:
+        for path in claude.transcripts(self.session_id):
+            if path not in self.offsets:
+                try:
+                    # A file that appears after the watch began is read whole: all of it is new.
+                    self.offsets[path] = os.path.getsize(path) if at_start else 0
+                except OSError:
+                    continue
+                self.partial[path] = b""
+
+    def seen(self) -> Optional[str]:
+        """The transcript that now shows the message, or None."""
+        if not self.offsets:
+            self._look_for_files(False)
+        wanted = self.msg_id.encode("utf-8")
+        for path in list(self.offsets):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets[path])
+                    data = f.read()
+            except OSError:
+                continue
+            if not data:
+                continue
+            self.offsets[path] += len(data)
+            lines = (self.partial[path] + data).split(b"\n")
+            self.partial[path] = lines.pop()  # a line Claude is still writing: completed at the next look
+            for line in lines:
+                if wanted not in line:
+                    continue
+                try:
+                    record = json.loads(line.decode("utf-8", "replace"))
+                except ValueError:
+                    continue
+                if peer_record(record, self.msg_id):
+                    return path
+        return None
 
 
 def records_of(session: Session) -> Optional[List[str]]:
@@ -127,7 +189,7 @@ def find(session: Session, args: Dict[str, Any], lane: str) -> Dict[str, Any]:
     marks = needles(args, lane)
     if not marks:
         return {"found": None, "how": "the message carries no id to look for (a raw text)"}
-    hit = _record_of(paths, marks, float(args.get("since") or 0))
+    hit = _record_of(paths, marks, float(args.get("since") or 0), inbox=lane == "inbox")
     if hit:
         seen = {"found": True, "how": "seen in the receiver's record %s" % hit[0], "record": hit[0]}
         extra = _after_envelope(hit[1], marks)
