@@ -111,7 +111,7 @@ def stop() -> None:
     raise typer.Exit(ExitCode.OK)
 
 
-@daemon_app.command("start", epilog=examples("drover daemon start --idle 1800"))
+@daemon_app.command("start", epilog=examples("drover daemon start --idle 30m"))
 def start(
     foreground: Annotated[bool, typer.Option("--foreground", help="run it here, logging to stderr (for debugging)")] = False,
     idle: Annotated[
