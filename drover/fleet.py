@@ -11,6 +11,7 @@ import os
 import re
 import stat
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -275,19 +276,22 @@ class Fleet(_Strict):
         known = ", ".join(self.host_names())
         raise UnknownHost(f"unknown host {name!r}", hint=f"known hosts: {known}; add one with `drover fleet add`")
 
-    def select(self, hosts: list[str] | None = None, tags: list[str] | None = None) -> list[str]:
+    def select(
+        self, hosts: list[str] | None = None, tags: list[str] | None = None, look_up: Callable[[str], HostConfig] | None = None
+    ) -> list[str]:
         """The hosts named (each once, in the order first named; host expressions as drover/hostsets.py reads
         them), or every host when none is given (None); only those with one of `tags`.  An explicitly empty list
         selects nothing: `[]` is not "everyone".  A tag no host of the fleet has, or tags none of the named hosts
-        has, is a TargetError (no_match): never an empty answer."""
+        has, is a TargetError (no_match): never an empty answer.  `look_up` checks and reads each host (default:
+        `host`): a Context passes its routes' (Context.select), so that a fan-out looks each host up once."""
         from drover.hostsets import expand  # ranges and exclusions: node[01-40], h[1-3],!h2
 
+        look_up = look_up or self.host
         names = self.host_names() if hosts is None else list(dict.fromkeys(expand(hosts, self.host_names())))
-        for name in names:
-            self.host(name)
+        configs = {name: look_up(name) for name in names}  # an unknown host raises UnknownHost, the first named first
         if tags is not None:
             _known_tags(self, tags)
-            chosen = [n for n in names if set(tags) & set(self.host(n).tags)]
+            chosen = [n for n in names if set(tags) & set(configs[n].tags)]
             if tags and names and not chosen:  # a selector that matched nothing is said, never an empty answer
                 raise TargetError(
                     f"no host among {', '.join(names)} has the tag(s) {', '.join(tags)}: nobody was asked",

@@ -2,7 +2,7 @@
 
 The stdlib-only front (drover/front.py) and the daemon's client import this module on the hot path, so it imports
 nothing beyond the standard library, and not even `re` until a duration is parsed.  It is the only module of the
-local side that reads DROVER_HOME, DROVER_FLEET and the XDG_* variables (tests/test_paths.py checks that): every
+local side that reads DROVER_HOME, DROVER_FLEET, DROVER_DAEMON and the XDG_* variables (tests/test_paths.py checks that): every
 other module asks here, so the home, the fleet file and the daemon's socket cannot be derived two ways.  (The
 remote side, drover/remote/, runs on the host with its own environment and is not concerned.)
 
@@ -253,3 +253,9 @@ def duration_s(value: str) -> float:
     if not seconds <= MAX_DURATION_S:  # also inf, from a number too long for a float
         raise ValueError(f"{value!r} is longer than drover takes: at most 366d")
     return seconds
+
+
+def seconds_text(seconds: float) -> str:
+    """`seconds` written so that parse_duration reads it back (a plain number, never 1e-05): how one process hands
+    a duration to another on its command line (the daemon's --idle)."""
+    return f"{seconds:.6f}".rstrip("0").rstrip(".")

@@ -142,6 +142,21 @@ def test_idle_exit(persistent: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert gone.code == 5 and "no daemon" in gone.out
 
 
+def test_the_idle_is_a_duration_on_the_command_line_and_in_the_variable(
+    persistent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`daemon start --idle 1m30s` reaches the daemon it starts (handed on so that its own --idle, read by the same
+    grammar, takes it back), and so does `DROVER_DAEMON_IDLE_S=2m`."""
+    started = drover_process("daemon", "start", "--idle", "1m30s")
+    assert started.code == 0 and "started: pid" in started.out, started
+    assert status()["idle_timeout_s"] == 90.0
+    assert drover_process("daemon", "stop").code == 0
+    wait_for(lambda: not os.path.exists(sock_path()), 20, what="the daemon to stop")
+    monkeypatch.setenv("DROVER_DAEMON_IDLE_S", "2m")
+    assert drover_process("daemon", "start").code == 0
+    assert status()["idle_timeout_s"] == 120.0
+
+
 def test_stop_and_turning_it_off(persistent: Path, tmux: Tmux, monkeypatch: pytest.MonkeyPatch, isolated: Path) -> None:
     tmux.agent("off")
     assert drover_process("daemon", "start").code == 0

@@ -9,9 +9,11 @@ Python runs a package before any module in it, whatever the module says, so that
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.support.sources import tree
 
 PACKAGE = ROOT / "drover"
 
@@ -55,7 +57,7 @@ def imported(name: str, path: Path, known: set[str], ancestors: bool) -> set[str
     thing` the package; relative imports resolved against the module's package."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: set[str] = set()
-    for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _imports(tree(path)):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         else:
@@ -77,10 +79,15 @@ def imported(name: str, path: Path, known: set[str], ancestors: bool) -> set[str
 
 def graph(ancestors: bool = False) -> dict[str, set[str]]:
     """Each module's edges; with `ancestors`, imports of its own ancestor packages too (what the remote side,
-    shipped without drover/__init__.py, must not have)."""
+    shipped without drover/__init__.py, must not have).  A copy of the graph built once per run."""
+    return {name: set(targets) for name, targets in _graph(ancestors).items()}
+
+
+@functools.cache
+def _graph(ancestors: bool) -> dict[str, frozenset[str]]:
     mods = modules()
     known = set(mods)
-    return {name: imported(name, path, known, ancestors) for name, path in mods.items()}
+    return {name: frozenset(imported(name, path, known, ancestors)) for name, path in mods.items()}
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:

@@ -23,6 +23,7 @@ from drover.ops.messages import since_ts
 from drover.transport.host_keys import drover_known_hosts
 from drover.truth import default_home
 from tests.conftest import ROOT
+from tests.support.sources import tree
 
 # -- the duration grammar ----------------------------------------------------------------------------------------
 ACCEPTED = [
@@ -202,15 +203,15 @@ def test_a_daemons_identity_names_the_drover_package_itself() -> None:
 
 
 # -- nobody else reads the variables -------------------------------------------------------------------------------
-OWNED = ("DROVER_HOME", "DROVER_FLEET")
+OWNED = ("DROVER_HOME", "DROVER_FLEET", "DROVER_DAEMON")
 
 
-def env_reads(source: str) -> list[str]:
+def env_reads(source: str | ast.AST) -> list[str]:
     """The variables paths.py owns that `source` names as a whole string (os.environ.get("XDG_..."), env[...],
     os.getenv, "DROVER_HOME" in os.environ): any such string is a derivation of drover's paths outside paths.py."""
     return [
         node.value
-        for node in ast.walk(ast.parse(source))
+        for node in ast.walk(ast.parse(source) if isinstance(source, str) else source)
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
         and (node.value in OWNED or node.value.startswith("XDG_"))
@@ -221,6 +222,8 @@ def test_the_check_catches_a_new_reader() -> None:
     assert env_reads('import os\nh = os.environ.get("DROVER_HOME") or "x"\n') == ["DROVER_HOME"]
     assert env_reads('import os\nb = os.getenv("XDG_STATE_HOME", "")\n') == ["XDG_STATE_HOME"]
     assert env_reads('import os\nf = os.environ["DROVER_FLEET"]\n') == ["DROVER_FLEET"]
+    assert env_reads('import os\nd = os.environ.get("DROVER_DAEMON", "") != "0"\n') == ["DROVER_DAEMON"]
+    assert env_reads('import os\ni = os.environ.get("DROVER_DAEMON_IDLE_S")\n') == []  # another variable
     assert env_reads('"""Set DROVER_HOME or XDG_STATE_HOME."""\nhint = "point DROVER_HOME elsewhere"\n') == []
 
 
@@ -231,7 +234,32 @@ def test_no_module_but_paths_reads_the_home_and_fleet_variables() -> None:
         rel = path.relative_to(package).as_posix()
         if rel == "paths.py" or rel.startswith("remote/"):  # the remote side runs on the host, in its own env
             continue
-        found = env_reads(path.read_text(encoding="utf-8"))
+        found = env_reads(tree(path))
         if found:
             readers[rel] = found
     assert readers == {}, f"derive these through drover/paths.py: {readers}"
+
+
+def daemon_file_names(source: str | ast.AST) -> list[str]:
+    """The daemon's file names `source` spells out: its socket's suffix, or a lock or log named by its suffix alone
+    (path[:-5] + ".lock", f"{path[:-5]}.log"), which only paths.daemon_lock and paths.daemon_log may derive."""
+    return [
+        node.value
+        for node in ast.walk(ast.parse(source) if isinstance(source, str) else source)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and (".sock" in node.value or node.value.startswith((".lock", ".log")))
+    ]
+
+
+def test_the_daemon_file_check_catches_a_new_derivation() -> None:
+    assert sorted(daemon_file_names('fd = open(path[: -len(".sock")] + ".lock")\n')) == [".lock", ".sock"]
+    assert daemon_file_names('msg = f"see {path[:-5]}.log"\n') == [".log"]
+    assert daemon_file_names('lock = "nudge-run.lock"\nlog = "the .lock of the truth file"\n') == []
+
+
+def test_no_module_of_the_daemon_derives_its_files() -> None:
+    package = ROOT / "drover"
+    sources = [*sorted((package / "daemon").glob("*.py")), *sorted((package / "cli").glob("*.py")), package / "front.py"]
+    found = {p.relative_to(package).as_posix(): daemon_file_names(tree(p)) for p in sources}
+    assert {rel: names for rel, names in found.items() if names} == {}, "derive these through drover/paths.py"

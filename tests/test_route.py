@@ -71,7 +71,7 @@ def test_an_unknown_host_is_looked_up_once_and_fails_the_send(lookups: Counter[s
 
 def test_a_broadcast_looks_each_host_up_the_same_number_of_times_whatever_its_sessions(tmux: Tmux, lookups: Counter[str]) -> None:
     """A fan-out over one host with one session and with three: the count does not grow with the sessions (one for
-    the route, which the listing and every send read; one where the host selector checks the names it was given)."""
+    the route, which the host selector checking the names it was given, the listing and every send read)."""
     tmux.agent("solo-1")
     one = run("sessions.broadcast", {"hosts": ["local"], "name": "solo-*", "text": "one", "actor": "tester"})
     assert one.data["counts"] == {"delivered": 1}, one.to_json()
@@ -81,7 +81,25 @@ def test_a_broadcast_looks_each_host_up_the_same_number_of_times_whatever_its_se
         tmux.agent(name)
     three = run("sessions.broadcast", {"hosts": ["local"], "name": "trio-*", "text": "three", "actor": "tester"})
     assert three.data["counts"] == {"delivered": 3}, three.to_json()
-    assert lookups == alone == {"local": 2}
+    assert lookups == alone == {"local": 1}
+
+
+def test_a_listing_by_host_or_tag_looks_each_host_up_once(tmux: Tmux, isolated: Path, lookups: Counter[str]) -> None:
+    """`ls` and `board` select their hosts (by name, by tag) through the routes their requests then read."""
+    fleet_file = isolated / "config" / "drover" / "fleet.toml"
+    fleet_file.parent.mkdir(parents=True, exist_ok=True)
+    fleet_file.write_text('[hosts.local]\ntags = ["here"]\n', encoding="utf-8")
+    tmux.agent("worker")
+    for op, payload in (
+        ("sessions.list", {"hosts": ["local"]}),
+        ("sessions.list", {"tags": ["here"]}),
+        ("sessions.list", {}),
+        ("board", {"tags": ["here"]}),
+    ):
+        lookups.clear()
+        doc = run(op, payload)
+        assert doc.ok, doc.to_json()
+        assert lookups == {"local": 1}, (op, payload)
 
 
 # -- the Route itself ---------------------------------------------------------------------------------------------

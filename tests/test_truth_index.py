@@ -354,6 +354,9 @@ def peak_mb(fn: Callable[[], Any]) -> tuple[float, Any]:
         tracemalloc.stop()
 
 
+# Slow by its data (tests/support/tiers.py cannot see that): 40,000 events read under tracemalloc cost ~4 s of CPU
+# per case, half the fast tier.
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["index", "scan"])
 def test_filters_that_read_the_whole_file_hold_bounded_memory(isolated: Path, how: str) -> None:
     """`log --actor nobody` and `log --pending` over 40,000 events read all of it; what they hold does not grow

@@ -17,7 +17,7 @@ from drover.cli import render
 from drover.cli.completion import complete_hosts, complete_tags
 from drover.cli.state import environment, state
 from drover.errors import UsageError
-from drover.paths import MAX_DURATION_S
+from drover.paths import DURATION_FORMS, MAX_DURATION_S, parse_duration
 
 if TYPE_CHECKING:
     from drover.ops.core import Context, Document
@@ -98,15 +98,36 @@ TagsOpt = Annotated[
     list[str] | None,
     typer.Option("--tag", "-t", metavar="TAG", help="only hosts with this tag (repeatable)", autocompletion=complete_tags),
 ]
+
+
+def duration(value: object) -> float:
+    """A duration typed on the command line, by drover's one grammar (drover/paths.py): a usage error (exit 2) for
+    anything else, as typer's own for a number that is not one.  A default arrives as the number it is."""
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return parse_duration(str(value))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+# How a duration option's help ends: the forms it takes.
+DURATION_HELP = f"({DURATION_FORMS})"
 TimeoutOpt = Annotated[
     float | None,
     typer.Option(
         "--timeout",
-        metavar="SECONDS",
-        help="seconds each host may take to connect, and then to answer each request (overrides connect_timeout and "
-        "request_timeout of fleet.toml for this command)",
+        metavar="DURATION",
+        parser=duration,
+        help="how long each host may take to connect, and then to answer each request (overrides connect_timeout and "
+        f"request_timeout of fleet.toml for this command) {DURATION_HELP}",
         show_default=False,
     ),
+]
+# `wait` and `wait-file`: how long they wait for the session or the file, not how long each host may take.
+WaitTimeoutOpt = Annotated[
+    float,
+    typer.Option("--timeout", metavar="DURATION", parser=duration, help=f"how long before giving up (exit 9) {DURATION_HELP}"),
 ]
 VIA_HELP = (
     "lane: auto (inbox for Claude, queue for a Codex thread, else tmux), inbox, queue, or tmux (refused, native_lane, "
@@ -119,7 +140,7 @@ def common(fleet: str | None = None, actor: str | None = None, debug: bool = Fal
     typed before it."""
     if timeout is not None:
         if not 0 < timeout <= MAX_DURATION_S:  # NaN included
-            raise UsageError(f"--timeout {timeout:g}: give seconds, more than 0 and at most {MAX_DURATION_S:g}")
+            raise UsageError(f"--timeout {timeout:g}: give a duration above zero and at most 366d ({DURATION_FORMS})")
         state.timeout = timeout
     if fleet is not None:
         state.fleet = fleet

@@ -19,6 +19,7 @@ from drover.cli.app import (
     JsonOpt,
     TagsOpt,
     TimeoutOpt,
+    WaitTimeoutOpt,
     app,
     common,
     examples,
@@ -122,7 +123,7 @@ def send(
 def wait(
     target: TargetArg,
     until: Annotated[str, typer.Option("--until", help="idle or exited")] = "idle",
-    timeout: Annotated[float, typer.Option("--timeout", help="seconds before giving up (exit 9)")] = 600.0,
+    timeout: WaitTimeoutOpt = 600.0,
     as_json: JsonOpt = False,
     fleet: FleetOpt = None,
     actor: ActorOpt = None,

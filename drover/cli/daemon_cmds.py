@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from drover.cli import render
-from drover.cli.app import app, examples
+from drover.cli.app import DURATION_HELP, app, duration, examples
 from drover.cli.state import environment
 from drover.errors import ExitCode
 
@@ -111,10 +111,18 @@ def stop() -> None:
     raise typer.Exit(ExitCode.OK)
 
 
-@daemon_app.command("start", epilog=examples("drover daemon start --idle 1800"))
+@daemon_app.command("start", epilog=examples("drover daemon start --idle 30m"))
 def start(
     foreground: Annotated[bool, typer.Option("--foreground", help="run it here, logging to stderr (for debugging)")] = False,
-    idle: Annotated[float | None, typer.Option("--idle", help="seconds idle before it exits (default: the fleet's)")] = None,
+    idle: Annotated[
+        float | None,
+        typer.Option(
+            "--idle",
+            metavar="DURATION",
+            parser=duration,
+            help=f"how long idle before it exits (default: the fleet's) {DURATION_HELP}",
+        ),
+    ] = None,
 ) -> None:
     """Start this environment's daemon now (it also starts by itself on first use)."""
     from drover import paths
@@ -129,8 +137,8 @@ def start(
     if silent is not None:
         render.err().print(f"drover: {_silent_line(silent)}", markup=False)
         raise typer.Exit(ExitCode.FAILED)
-    if idle is not None and idle <= 0:
-        raise typer.BadParameter("--idle must be above zero")
+    if idle is not None and not 0 < idle <= paths.MAX_DURATION_S:  # NaN included
+        raise typer.BadParameter("--idle must be above zero and at most 366d")
     if foreground:
         raise typer.Exit(_serve(path, idle))
     try:
@@ -143,7 +151,9 @@ def start(
     while (info := _status(path)) is None and time.monotonic() < deadline:
         time.sleep(0.05)
     if info is None:
-        render.err().print(f"drover: the daemon did not answer within {READY_WAIT_S:g}s: see {path[:-5]}.log", style="red")
+        render.err().print(
+            f"drover: the daemon did not answer within {READY_WAIT_S:g}s: see {paths.daemon_log(path)}", style="red"
+        )
         raise typer.Exit(ExitCode.FAILED)
     render.out().print(f"started: pid {info.get('pid')}, socket {path}", markup=False)
     raise typer.Exit(ExitCode.OK)
@@ -152,17 +162,21 @@ def start(
 def _serve(path: str, idle: float | None) -> int:
     """Run the daemon here, handing it the program its requests run through: the CLI's own entry point, a callable
     taking argv and an Environment (the daemon builds one per request; it imports nothing of the CLI)."""
+    from drover import paths
     from drover.cli import program
     from drover.daemon import server
 
     program.command()  # built now, once, not by the first request
-    return server.main(["--socket", path] + (["--idle", str(idle)] if idle is not None else []), program.main)
+    return server.main(["--socket", path] + (["--idle", paths.seconds_text(idle)] if idle is not None else []), program.main)
 
 
 @daemon_app.command("serve", hidden=True)
 def serve(
     socket: Annotated[str | None, typer.Option("--socket", help="the socket (default: this environment's)")] = None,
-    idle: Annotated[float | None, typer.Option("--idle", help="seconds idle before it exits")] = None,
+    idle: Annotated[
+        float | None,
+        typer.Option("--idle", metavar="DURATION", parser=duration, help=f"how long idle before it exits {DURATION_HELP}"),
+    ] = None,
 ) -> None:
     """The daemon itself, as `drover daemon start` and the first use start it (drover/daemon/autostart.py)."""
     raise typer.Exit(_serve(socket or _path(), idle))

@@ -7,7 +7,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from drover.cli import render
-from drover.cli.app import VIA_HELP, ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, app, common, examples, read_text, run
+from drover.cli.app import (
+    DURATION_HELP,
+    VIA_HELP,
+    ActorOpt,
+    DebugOpt,
+    FleetOpt,
+    JsonOpt,
+    TimeoutOpt,
+    app,
+    common,
+    duration,
+    examples,
+    read_text,
+    run,
+)
 from drover.cli.app import target as parse_target
 from drover.errors import UsageError
 
@@ -32,7 +46,12 @@ def nudge(
     via: Annotated[str, typer.Option("--via", help=VIA_HELP)] = "auto",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="run: say what is due, send nothing")] = False,
     entry: Annotated[list[str] | None, typer.Option("--entry", help="run: only this entry (repeatable)")] = None,
-    wait: Annotated[float, typer.Option("--wait", help="run: seconds to wait for another run's lock")] = 50.0,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait", metavar="DURATION", parser=duration, help=f"run: how long to wait for another run's lock {DURATION_HELP}"
+        ),
+    ] = 50.0,
     as_json: JsonOpt = False,
     fleet: FleetOpt = None,
     actor: ActorOpt = None,

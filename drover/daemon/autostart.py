@@ -66,7 +66,9 @@ def fleet_idle(argv: list[str]) -> float | None:
     if os.environ.get("DROVER_DAEMON_IDLE_S"):
         return None
     value = _defaults(fleet_of(argv)).get("daemon_idle_s")
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= paths.MAX_DURATION_S:
+        return float(value)
+    return None
 
 
 def start(argv: list[str], path: str) -> None:
@@ -88,7 +90,7 @@ def spawn(path: str, idle: float | None = None) -> int:
     # Through the CLI (`drover daemon serve`), which hands the daemon the program its requests run through.
     argv = [sys.executable, "-m", "drover", "daemon", "serve", "--socket", path]
     if idle is not None:
-        argv += ["--idle", str(idle)]
+        argv += ["--idle", paths.seconds_text(idle)]
     pid = os.fork()
     if pid:
         os.waitpid(pid, 0)

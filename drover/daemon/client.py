@@ -44,7 +44,8 @@ EXIT_INTERRUPTED = 130
 
 
 def enabled() -> bool:
-    return os.environ.get("DROVER_DAEMON", "") not in ("0", "off", "no", "false")
+    """Persistent mode, unless DROVER_DAEMON says no (read in drover/paths.py, with the daemon's other files)."""
+    return paths.daemon_enabled()
 
 
 def command_of(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -397,7 +398,7 @@ def unanswering(path: str) -> int | None:
     if not os.path.exists(path):
         return None
     try:
-        fd = os.open(path[: -len(".sock")] + ".lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(paths.daemon_lock(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:

@@ -317,8 +317,8 @@ def idle_setting(explicit: float | None) -> float:
     env = os.environ.get("DROVER_DAEMON_IDLE_S")
     if env:
         try:
-            return max(0.1, float(env))
-        except ValueError:
+            return max(0.1, paths.parse_duration(env))
+        except ValueError:  # not a duration: as if unset (the daemon has no one to tell)
             pass
     try:
         from drover.fleet import load
@@ -333,7 +333,7 @@ def idle_setting(explicit: float | None) -> float:
 
 def lock(path: str) -> int | None:
     """The daemon's lock, held for its life: a second daemon for the same socket (a race of first uses) leaves."""
-    fd = os.open(path[: -len(".sock")] + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(paths.daemon_lock(path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -345,11 +345,19 @@ def lock(path: str) -> int | None:
     return fd
 
 
+def _duration(value: str) -> float:
+    """--idle by drover's one duration grammar; argparse shows the grammar's message for anything else (exit 2)."""
+    try:
+        return paths.parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def main(argv: list[str] | None, program: Program) -> int:
     """Serve requests through `program` until idle, stopped, or stepped aside; the exit code."""
     parser = argparse.ArgumentParser(prog="drover daemon", description="drover's persistent daemon (see drover daemon --help)")
     parser.add_argument("--socket", default=None, help="the socket (default: the one for this environment)")
-    parser.add_argument("--idle", type=float, default=None, help="seconds idle before exiting")
+    parser.add_argument("--idle", type=_duration, default=None, help=f"how long idle before exiting ({paths.DURATION_FORMS})")
     args = parser.parse_args(argv)
     path = args.socket or paths.socket_path()
     try:

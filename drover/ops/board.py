@@ -142,7 +142,7 @@ def held_messages(ctx: Context, hosts: list[str], since: float | None) -> tuple[
 async def board(ctx: Context, req: BoardRequest) -> Result:
     from drover.ops.messages import since_ts
 
-    hosts = ctx.fleet.select(req.hosts, req.tags)
+    hosts = ctx.select(req.hosts, req.tags)
     if req.tags and not hosts:  # as broadcast says: a tag no selected host has is a selector that matched nothing
         raise TargetError(
             f"no host has the tag(s) {', '.join(req.tags)}: nobody was asked",

@@ -192,7 +192,7 @@ async def sessions_broadcast(ctx: Context, req: BroadcastRequest) -> Result:
             hint="send to one such pane with `drover send --raw`",
         )
     actor = ctx.who(req.actor)
-    hosts = ctx.fleet.select(req.hosts, req.tags)
+    hosts = ctx.select(req.hosts, req.tags)
     broadcast = new_broadcast_id()
     matched = 0
     begun = time.time()

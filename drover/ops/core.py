@@ -150,6 +150,11 @@ class Context:
             route = self._routes[host] = Route.of(self.fleet, host, self.timeout_s)
         return route
 
+    def select(self, hosts: list[str] | None = None, tags: list[str] | None = None) -> list[str]:
+        """Fleet.select through this Context's routes: a fan-out checks the hosts it was given with the lookups its
+        requests then read, one per host per command."""
+        return self.fleet.select(hosts, tags, look_up=lambda host: self.route(host).config)
+
     def transport(self, host: str) -> Transport:
         if host not in self._transports:
             route = self.route(host)  # unknown host -> UnknownHost

@@ -74,7 +74,7 @@ def _row(host: str, data: Any, err: DroverError | None, seconds: float, connect:
     "drover fleet check",
 )
 async def fleet_check(ctx: Context, req: CheckRequest) -> Result:
-    hosts = ctx.fleet.select(req.hosts, req.tags)
+    hosts = ctx.select(req.hosts, req.tags)
     timings: dict[str, float] = {}
 
     async def hello(host: str) -> Any:
@@ -99,14 +99,14 @@ async def _masters(ctx: Context, hosts: list[str]) -> dict[str, dict[str, Any]]:
     """Per `transport = "openssh"` host: whether the user's master is up and the one command that opens it."""
     import asyncio
 
-    chosen = [h for h in hosts if ctx.fleet.host(h).transport == "openssh"]
+    chosen = [h for h in hosts if ctx.route(h).config.transport == "openssh"]
     if not chosen:
         return {}
     from drover.transport.openssh_config import OpenSSHCommand
     from drover.transport.openssh_master import describe
 
     async def one(host: str) -> dict[str, Any]:
-        cfg = ctx.fleet.host(host)
+        cfg = ctx.route(host).config
         seconds = ctx.timeout_s or cfg.connect_timeout or ctx.fleet.defaults.connect_timeout
         try:
             return {"transport": "openssh", **await describe(OpenSSHCommand(host, cfg, seconds), seconds)}

@@ -47,7 +47,7 @@ class ReadRequest(Request):
 @op("sessions.list", ListRequest, "every session on every (or the chosen) host, with engine and state", "drover ls")
 async def sessions_list(ctx: Context, req: ListRequest) -> Result:
     check_engine(ctx.fleet, req.engine)
-    hosts = ctx.fleet.select(req.hosts, req.tags)
+    hosts = ctx.select(req.hosts, req.tags)
     rows = await fan_out(ctx, hosts, "list", {"state": req.state})
     sessions: list[dict[str, Any]] = []
     warnings: list[dict[str, Any]] = []
