@@ -19,7 +19,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 
 from drover import paths
 from drover.errors import ConfigError, FleetInvalid, TargetError, UnknownHost, UsageError
-from drover.fleet_engines import EngineProfile, SpawnEngine, _Strict, check_regexes
+from drover.fleet_engines import EngineProfile, MaybeSeconds, Seconds, SpawnEngine, _Strict, check_regexes
 from drover.fleet_lines import deep_line, problems, strange_values
 from drover.fleet_schedule import quiet_minutes
 from drover.paths import MAX_DURATION_S, duration_s
@@ -57,8 +57,8 @@ class HostConfig(_Strict):
     raw: list[str] = Field(
         default_factory=list, description="sessions (as addressed) that run no agent but may get raw text at a shell prompt"
     )
-    connect_timeout: float | None = Field(None, gt=0, le=MAX_DURATION_S)
-    request_timeout: float | None = Field(None, gt=0, le=MAX_DURATION_S)
+    connect_timeout: MaybeSeconds = Field(None, gt=0, le=MAX_DURATION_S)
+    request_timeout: MaybeSeconds = Field(None, gt=0, le=MAX_DURATION_S)
     trusted: list[str] = Field(
         default_factory=list,
         description="folders (and their subfolders) `drover spawn` pre-trusts in the engine's own settings file",
@@ -106,19 +106,19 @@ class Limits(_Strict):
     max_chars: int = Field(1_048_576, ge=1)
     bucket_size: int = Field(30, ge=1)
     bucket_refill_per_s: float = Field(0.5, ge=0)
-    duplicate_window_s: float = Field(30.0, ge=0, le=MAX_DURATION_S)
+    duplicate_window_s: Seconds = Field(30.0, ge=0, le=MAX_DURATION_S)
 
 
 class Defaults(_Strict):
     actor: str | None = None
-    connect_timeout: float = Field(10.0, gt=0, le=MAX_DURATION_S)
-    request_timeout: float = Field(30.0, gt=0, le=MAX_DURATION_S)
+    connect_timeout: Seconds = Field(10.0, gt=0, le=MAX_DURATION_S)
+    request_timeout: Seconds = Field(30.0, gt=0, le=MAX_DURATION_S)
     concurrency: int = Field(64, ge=1)
-    settle_s: float = Field(3.0, ge=0, le=MAX_DURATION_S)
-    receipt_wait_s: float = Field(1.5, ge=0, le=MAX_DURATION_S)
+    settle_s: Seconds = Field(3.0, ge=0, le=MAX_DURATION_S)
+    receipt_wait_s: Seconds = Field(1.5, ge=0, le=MAX_DURATION_S)
     # Persistent mode (drover/daemon/): read by the stdlib front with tomllib before it starts a daemon.
     daemon: bool = Field(True, description="start a per-user daemon on first use, keeping SSH connections warm")
-    daemon_idle_s: float = Field(
+    daemon_idle_s: Seconds = Field(
         600.0, gt=0, le=MAX_DURATION_S, description="seconds a daemon with nothing to do waits before exiting"
     )
 
@@ -160,6 +160,14 @@ class NudgeEntry(_Strict):
     def _target(cls, value: str) -> str:
         if value.strip().endswith(":"):
             raise ValueError(f"{value!r} names a host but no session: write it as HOST:ID, e.g. box-a:webapp-f8")
+        return value
+
+    @field_validator("every", "retry", mode="before")
+    @classmethod
+    def _number_is_seconds(cls, value: Any) -> Any:
+        # `every = 90` means what `every = "90"` does: seconds, like every other length of time in the file.
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
         return value
 
     @field_validator("every", "retry")

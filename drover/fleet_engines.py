@@ -7,9 +7,11 @@ Split from fleet.py, which holds the hosts, the limits and the fleet as a whole.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from drover.paths import seconds_in
 
 
 def check_regexes(value: list[str] | str | None) -> list[str] | str | None:
@@ -20,6 +22,12 @@ def check_regexes(value: list[str] | str | None) -> list[str] | str | None:
         except re.error as exc:
             raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
     return value
+
+
+# A key that holds seconds takes a number or a duration of the one grammar ("90s", "15m", "1h30m"): the fleet file
+# writes every length of time the same way.
+Seconds = Annotated[float, BeforeValidator(seconds_in)]
+MaybeSeconds = Annotated[float | None, BeforeValidator(seconds_in)]
 
 
 class _Strict(BaseModel):
@@ -47,8 +55,8 @@ class EngineProfile(_Strict):
     live_skip_block: list[str] | None = Field(None, description="[first line, last line] of a block left out")
     placeholder_faint: bool | None = None
     submit_when_busy: Literal["Enter", "Tab"] | None = None
-    submit_delay_s: float | None = Field(None, ge=0, le=10)
-    paste_hold_s: float | None = Field(None, ge=0, le=2)
+    submit_delay_s: MaybeSeconds = Field(None, ge=0, le=10)
+    paste_hold_s: MaybeSeconds = Field(None, ge=0, le=2)
     input_end_last: bool | None = None
     # [engines.shell]: the user vouches that their tcsh never uses vi bindings (drover cannot read tcsh's mode).
     tcsh_emacs: bool | None = None
@@ -85,7 +93,7 @@ class SpawnEngine(_Strict):
     """How `drover spawn` starts one engine: `[spawn.claude]`, `[spawn.codex]`, or an engine of your own."""
 
     command: str = Field(..., min_length=1, description="the command line; {cwd} and {name} are filled in, shell-quoted")
-    ready_timeout_s: float = Field(60.0, gt=0, le=3600, description="how long a new session may take to be ready")
+    ready_timeout_s: Seconds = Field(60.0, gt=0, le=3600, description="how long a new session may take to be ready")
     trust_file: str | None = Field(None, description="the engine's settings file that pre-trusting writes (default: its own)")
     ready: str | None = Field(None, description="a regex the screen must show, besides an idle input box, to be ready")
 

@@ -224,8 +224,9 @@ def daemon_log(socket: str) -> str:
 # clock arithmetic of whatever uses them (a `[[nudge]] every = "999999999999d"` made every `drover nudge run` crash).
 MAX_DURATION_S = 366 * 86400.0
 DURATION_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-DURATION_PART = r"(\d+(?:\.\d+)?)\s*([dhms])"
-SECONDS = r"\d+(?:\.\d+)?"
+# ASCII digits only: Python's \d and float() also take Arabic-Indic and fullwidth digits, which no one means here.
+DURATION_PART = r"([0-9]+(?:\.[0-9]+)?)\s*([dhms])"
+SECONDS = r"[0-9]+(?:\.[0-9]+)?"
 DURATION_FORMS = "90s, 15m, 1h30m, 2d or a number of seconds"
 
 
@@ -253,6 +254,16 @@ def duration_s(value: str) -> float:
     if not seconds <= MAX_DURATION_S:  # also inf, from a number too long for a float
         raise ValueError(f"{value!r} is longer than drover takes: at most 366d")
     return seconds
+
+
+def seconds_in(value: object) -> object:
+    """A fleet key that holds seconds, as the file may write it: a number as it is, or a duration in the one grammar
+    ("90s", "15m", "90") as its seconds.  Anything else is handed on for the field's own check to refuse."""
+    if isinstance(value, str):
+        return parse_duration(value)
+    if isinstance(value, bool):  # pydantic would take `true` for 1 second
+        raise ValueError(f"{str(value).lower()} is not a length of time: write it like {DURATION_FORMS}")
+    return value
 
 
 def seconds_text(seconds: float) -> str:

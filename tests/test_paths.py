@@ -105,6 +105,58 @@ def test_the_fleet_and_log_since_read_durations_alike(tmp_path: Path) -> None:
             since_ts(text)
 
 
+def test_every_length_of_time_in_the_fleet_file_takes_the_grammar(tmp_path: Path) -> None:
+    """A hostile tester's finding: `every`/`retry` took "90s" while `connect_timeout`, `settle_s`, ... refused it,
+    and `every = 90` (a number) was refused while `every = "90"` was taken."""
+    text = """[defaults]
+connect_timeout = "1m30s"
+request_timeout = 45
+settle_s = "2s"
+receipt_wait_s = "1.5"
+daemon_idle_s = "10m"
+
+[limits]
+duplicate_window_s = "1m"
+
+[hosts.box]
+ssh = "box"
+connect_timeout = "20s"
+
+[engines.claude]
+paste_hold_s = "0.5s"
+
+[spawn.claude]
+command = "claude"
+ready_timeout_s = "2m"
+
+[[nudge]]
+target = "local:b"
+text = "x"
+every = 90
+retry = 30
+"""
+    fleet = fleet_mod.parse(text, tmp_path / "fleet.toml")
+    d = fleet.defaults
+    assert (d.connect_timeout, d.request_timeout, d.settle_s, d.receipt_wait_s) == (90.0, 45.0, 2.0, 1.5)
+    assert (fleet.limits.duplicate_window_s, d.daemon_idle_s) == (60.0, 600.0)
+    assert fleet.hosts["box"].connect_timeout == 20.0
+    assert fleet.engines["claude"].paste_hold_s == 0.5
+    assert fleet.spawn["claude"].ready_timeout_s == 120.0
+    assert (fleet_mod.duration_s(fleet.nudge[0].every), fleet_mod.duration_s(fleet.nudge[0].retry)) == (90.0, 30.0)
+    path = tmp_path / "fleet.toml"
+    path.write_text(text)
+    assert autostart.fleet_idle(["--fleet", str(path), "ls"]) == 600.0
+    for bad in ('"soon"', '"-5s"', "true", '"90 s later"'):
+        with pytest.raises(fleet_mod.FleetInvalid):
+            fleet_mod.parse(f"[defaults]\nconnect_timeout = {bad}\n", tmp_path / "fleet.toml")
+
+
+@pytest.mark.parametrize("text", ["١٠m", "１０m", "١٠"])
+def test_only_ascii_digits_make_a_duration(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a duration"):
+        paths.parse_duration(text)
+
+
 def test_since_takes_an_iso_time_before_a_number_of_seconds() -> None:
     # A bare 20200101 was an ISO date before plain seconds were a duration; it stays one.
     assert since_ts("20200101") == datetime(2020, 1, 1).timestamp()

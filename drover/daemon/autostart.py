@@ -66,6 +66,11 @@ def fleet_idle(argv: list[str]) -> float | None:
     if os.environ.get("DROVER_DAEMON_IDLE_S"):
         return None
     value = _defaults(fleet_of(argv)).get("daemon_idle_s")
+    if isinstance(value, str):  # a duration, as the fleet writes lengths of time ("10m")
+        try:
+            value = paths.parse_duration(value)
+        except ValueError:
+            return None
     if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= paths.MAX_DURATION_S:
         return float(value)
     return None
