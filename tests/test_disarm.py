@@ -100,6 +100,7 @@ def test_the_data_covers_thousands_of_forgeries() -> None:
     }
 
 
+@pytest.mark.slow  # every confusable of every letter through both lanes: a second of work
 def test_every_lookalike_of_every_tag_letter_lt_and_slash_is_disarmed_on_both_lanes() -> None:
     missed = []
     for what, forged, at in forgeries():

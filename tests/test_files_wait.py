@@ -153,6 +153,7 @@ def test_a_baseline_from_an_earlier_answer_catches_a_change_between_two_waits(tm
     assert bad.exit_code == 2 and "baseline must hold" in bad.errors[0]["message"]
 
 
+@pytest.mark.slow  # waits out a real timeout
 def test_timeout_is_exit_9_with_one_line(tmp_path: Path, cli: Any) -> None:
     res = cli("wait-file", "local", str(tmp_path / "never"), "--timeout", "0.5")
     assert res.code == 9

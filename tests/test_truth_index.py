@@ -181,6 +181,7 @@ def tricky(isolated: Path) -> TruthFile:
     return TruthFile(home)
 
 
+@pytest.mark.slow  # generated records, indexed and scanned: seconds of work
 def test_index_answers_as_a_naive_forward_fold_and_as_the_scan(tricky: TruthFile) -> None:
     msgs = naive(tricky.home)
     assert sum(m["outcome"] is None for m in msgs) > 100 and sum(m["uncertain"] for m in msgs) > 100
@@ -210,6 +211,7 @@ def test_duplicate_ids_fold_as_the_scan_folds_them(isolated: Path) -> None:
     assert [m["outcome"] for m in ask(truth, {"actor": "a", "limit": 9}, "index")[0]] == ["failed", "delivered", None]
 
 
+@pytest.mark.slow  # generated records, indexed and scanned: seconds of work
 def test_index_catches_up_and_is_rebuilt_when_the_file_changes(tricky: TruthFile, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(truth_query, "SCAN_BUDGET", 0)
     truth = tricky
@@ -244,6 +246,7 @@ def test_index_catches_up_and_is_rebuilt_when_the_file_changes(tricky: TruthFile
         assert ask(truth, q, "index")[:3] == ask(truth, q, "scan")[:3], q
 
 
+@pytest.mark.slow  # generated records, indexed and scanned: seconds of work
 def test_an_index_that_lies_or_is_not_one_is_not_believed(tricky: TruthFile, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(truth_query, "SCAN_BUDGET", 0)
     truth = tricky
