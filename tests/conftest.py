@@ -36,7 +36,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     mark_slow(items)
 
 
-def wait_for(cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "condition") -> Any:
+def wait_for(cond: Callable[[], Any], timeout: float = 60.0, interval: float = 0.05, what: str = "condition") -> Any:
+    """Until cond() is true, returning its value.  The default bound is generous on purpose: it only says how long a
+    test waits before calling a condition that never comes a failure, and a loaded machine (load average 15-20 on
+    two cores) makes slow what is quick on a quiet one."""
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
@@ -119,7 +122,8 @@ class Pane:
     def pid(self) -> int:
         return int(self.events("start")[0]["pid"])
 
-    def wait_idle(self, timeout: float = 10.0) -> None:
+    def wait_idle(self, timeout: float = 60.0) -> None:
+        # Generous: the demo agent is a Python program, and its start-up alone can take many seconds under load.
         wait_for(lambda: "idle · paste" in self.screen(), timeout, what=f"{self.id} idle")
 
     @property

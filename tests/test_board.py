@@ -13,6 +13,7 @@ from typing import Any
 import drover
 from drover.truth import TruthFile
 from tests.conftest import Tmux, remote_agent, wait_for
+from tests.support.npmcache import START_S
 from tests.support.sshfleet import SSHFleet, free_port
 
 
@@ -150,7 +151,7 @@ def test_a_real_claude_at_its_trust_dialog_is_on_the_board(claude_lab: Any) -> N
     """The real Claude Code, started in a folder it has never trusted: it has no registry record yet, only its
     screen -- which is what the board reads."""
     session = claude_lab.start("untrusting", trust=False, wait=False)
-    wait_for(lambda: "trust" in session.screen(), timeout=60, what="the trust dialog")
+    wait_for(lambda: "trust" in session.screen(), timeout=START_S, what="the trust dialog")
     doc = drover.run("board", {})
     assert doc.exit_code == 0, doc.errors
     rows = [w for w in doc.data["waiting"] if w["id"] == session.pane]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -240,6 +241,19 @@ def _socket_of(pane: Pane) -> str:
     return os.path.join(os.environ["TMUX_TMPDIR"], f"tmux-{os.getuid()}", pane.server)
 
 
+def waiting_on_pane_lock() -> bool:
+    """Is a thread of this process (the local helper of an in-process drover) inside PaneLock's wait?"""
+    from drover.remote.tmux_lane import PaneLock
+
+    for frame in sys._current_frames().values():
+        here: Any = frame
+        while here is not None:
+            if here.f_code is PaneLock.__enter__.__code__:
+                return True
+            here = here.f_back
+    return False
+
+
 def test_a_delivery_in_progress_is_not_taken_for_a_persons_draft(tmux: Tmux, cli: Any) -> None:
     """Another sender holds the pane's lock, its paste in the input box: the broadcast waits its turn, like `drover
     send`, and delivers -- never a `skipped: draft in the input` blamed on a person."""
@@ -253,17 +267,28 @@ def test_a_delivery_in_progress_is_not_taken_for_a_persons_draft(tmux: Tmux, cli
     pane.tmux("send-keys", "-t", pane.id, "-l", "zzq")
     wait_for(lambda: "zzq" in pane.screen(), what="the other sender's paste")
 
-    def the_other_sender_finishes() -> None:
-        pane.tmux("send-keys", "-t", pane.id, "BSpace", "BSpace", "BSpace")
-        wait_for(lambda: "zzq" not in pane.screen(), what="the paste gone")
-        lock.__exit__()
+    failed: list[BaseException] = []
 
-    timer = threading.Timer(2.0, the_other_sender_finishes)
-    timer.start()
+    def the_other_sender_finishes() -> None:
+        # Once the broadcast waits for the pane (past its skip check, which saw the paste): a fixed moment could
+        # come before the broadcast looked at all on a loaded machine, proving nothing, or after drover's own bound
+        # on the wait.  The lock is let go whatever happens, so the broadcast never waits on a thread that died.
+        try:
+            wait_for(waiting_on_pane_lock, what="the broadcast waiting for the pane's lock")
+            pane.tmux("send-keys", "-t", pane.id, "BSpace", "BSpace", "BSpace")
+            wait_for(lambda: "zzq" not in pane.screen(), what="the paste gone")
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's own thread below
+            failed.append(exc)
+        finally:
+            lock.__exit__()
+
+    other = threading.Thread(target=the_other_sender_finishes)
+    other.start()
     try:
         res = cli("--actor", ACTOR, "broadcast", "--name", "mid-delivery", "your turn", "--json")
     finally:
-        timer.join()
+        other.join()
+    assert not failed, failed
     rows = res.json()["data"]["messages"]
     assert [r["outcome"] for r in rows] == ["delivered"], rows
     assert "draft" not in (rows[0]["detail"] or "")
@@ -391,7 +416,6 @@ def test_ctrl_c_half_way_prints_every_row_with_the_one_on_its_way_marked_indeter
     indeterminate with its id (the record says the same) -- and exits 130, however often Ctrl-C is pressed.
     Nothing lands after the exit."""
     import subprocess
-    import sys
 
     from drover.remote.tmux_lane import PaneLock
 

@@ -15,6 +15,7 @@ import pytest
 
 import drover
 from tests.conftest import stays, wait_for
+from tests.support.npmcache import START_S
 
 ACTOR = "tester"
 
@@ -213,7 +214,7 @@ def test_ls_shows_claude_sessions_and_a_killed_one_disappears(claude_lab: Any, c
 
 def test_guard_refuses_the_real_trust_dialog_and_a_real_permission_dialog(claude_lab: Any, cli: Any, isolated: Path) -> None:
     untrusted = claude_lab.start("trust-a", trust=False, wait=False)
-    wait_for(lambda: "trust this folder" in untrusted.screen(), timeout=30, what="the trust dialog")
+    wait_for(lambda: "trust this folder" in untrusted.screen(), timeout=START_S, what="the trust dialog")
     res = cli("send", f"local:{untrusted.pane}", "1", "--json")
     assert res.code == 4
     data = res.json()["data"]

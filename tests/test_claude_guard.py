@@ -59,7 +59,7 @@ def type_draft(session: Any, text: str) -> None:
 
 
 def test_a_draft_typed_into_real_claude_is_never_submitted_idle_or_busy(claude_lab: Any, isolated: Path) -> None:
-    s = claude_lab.start("draft-a", delay=8)
+    s = claude_lab.start("draft-a", hold=True)  # the inbox message's turn lasts until the busy look is done
     type_draft(s, "DRAFT: check the migration first")
     idle = by_owner(s, "coordinator: rebase on master", isolated)
     assert (idle.data["outcome"], idle.data["code"]) == ("refused", "draft_in_input"), idle.data
@@ -67,11 +67,13 @@ def test_a_draft_typed_into_real_claude_is_never_submitted_idle_or_busy(claude_l
     # Through the inbox the draft is not touched at all: the message arrives beside it, the draft stays the person's.
     inbox = send(s, "through the inbox")
     assert (inbox.data["outcome"], inbox.data["lane"]) == ("delivered", "inbox"), inbox.data
-    wait_for(lambda: s.status() == "busy", timeout=20, what="the inbox message's turn")
+    wait_for(lambda: s.status() == "busy", what="the inbox message's turn")
     busy = by_owner(s, "while it works", isolated)
     assert (busy.data["outcome"], busy.data["code"]) == ("refused", "draft_in_input"), busy.data
+    assert s.status() == "busy"  # refused while the turn still ran: a held turn, not a timed one
     assert "DRAFT: check the migration first" in s.screen()
     assert not any("DRAFT" in t for t in user_turns(s))
+    s.set_control()  # lets the held turn end
 
 
 def test_a_draft_that_reads_like_claudes_placeholder_is_still_a_draft(claude_lab: Any, isolated: Path) -> None:

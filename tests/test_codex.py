@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import stays
 from tests.support.codexlab import CodexLab, CodexSession, app_server, module_lab, read_screen, wait_for
+from tests.support.npmcache import START_S
 
 SCREENS = Path(__file__).resolve().parent / "screens"
 
@@ -229,7 +230,7 @@ def test_codex_queue_runs_its_message_after_the_turn_and_leaves_the_draft(lab: C
 
 def test_trust_dialog_only_for_an_untrusted_git_folder(lab: CodexLab) -> None:
     t = lab.start("trust-a", trust=False, git=True, wait=False)
-    screen = t.wait_screen(r"Trust this folder\?", timeout=60)
+    screen = t.wait_screen(r"Trust this folder\?", timeout=START_S)
     assert read_screen(screen)["state"] == "dialog"
     same_as_capture(screen, t, "trust-dialog", r"^Folder access")
     plain = lab.start("trust-b", trust=False, git=False)

@@ -25,6 +25,7 @@ from drover.remote import codex, codex_queue
 from drover.remote import protocol as P
 from tests.conftest import CliResult, stays
 from tests.support.codexlab import CodexLab, CodexSession, _ns_prefix, app_server, module_lab, wait_for
+from tests.support.npmcache import START_S
 
 ENVELOPE_OPEN = '<cross-session-message from-session="{id}" from-name="drover (alice)" from-mode="prompting">'
 
@@ -323,7 +324,7 @@ def test_a_codex_whose_thread_drover_cannot_get_gets_no_paste(lab: CodexLab, see
     try:
         twins = [CodexSession(lab, n, twin, p) for n, p in zip(("q-twin-a", "q-twin-b"), panes, strict=True)]
         for t in twins:
-            t.wait_idle(timeout=60)
+            t.wait_idle(timeout=START_S)
         code, data = send(cli, f"local:{panes[0]}", "to one of two twins")
         assert (code, data["outcome"], data["code"]) == (4, "refused", "lane_unknown"), data
         code, data = send(cli, f"local:{panes[1]}", "to the other twin", "--via", "tmux")

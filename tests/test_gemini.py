@@ -17,6 +17,7 @@ import pytest
 import drover
 from tests.conftest import SCREENS, Tmux, stays, wait_for
 from tests.support.geminilab import PLACEHOLDER, GeminiLab, GeminiSession, ensure_binary, is_busy
+from tests.support.npmcache import START_S
 
 ACTOR = "tester"
 # capture: (state, a draft in the input box, would the guarded paste go ahead)
@@ -142,14 +143,17 @@ def test_a_message_to_an_idle_gemini_is_submitted(labs: Any) -> None:
 
 
 def test_a_message_to_a_busy_gemini_is_queued(labs: Any) -> None:
-    s = labs().start("queue-g", delay=8, reply="Done.")
+    # The first turn is held at the fake API until gemini has shown the message queued: a turn of fixed length
+    # could end before drover's paste does on a loaded machine, and the message would then be taken as a new turn.
+    s = labs().start("queue-g", hold=True, reply="Done.")
     s.submit("start a slow turn")
     s.wait_screen(lambda t: is_busy(t) and PLACEHOLDER in t, what="the busy screen")
-    wait_for(lambda: s.main_turns() == 1, timeout=20, what="the slow turn at the API")
-    s.set_control(reply="Done.")
+    wait_for(lambda: s.main_turns() == 1, timeout=60, what="the slow turn at the API")
     doc = send(s, "arrives while busy")
     assert (doc.data["outcome"], doc.data["lane"]) == ("queuedBehindTurn", "tmux"), doc.data["detail"] + s.screen()
-    s.wait_screen(lambda t: "Queued (press ↑ to edit):" in t, 10, "gemini's queue")
+    s.wait_screen(lambda t: "Queued (press ↑ to edit):" in t, what="gemini's queue")
+    assert s.main_turns() == 1  # still the first turn: the message waits in gemini's queue, not in a turn of its own
+    s.set_control(reply="Done.")  # lets the held turn end; the queued turn answers at once
     wait_for(lambda: s.main_turns() >= 2, timeout=60, what="the queued message's turn")
     assert "arrives while busy" in user_texts(s)[1]
 
@@ -182,15 +186,15 @@ def test_approval_dialog_is_reproducible_and_refused(labs: Any) -> None:
 
 
 def test_busy_screens_are_reproducible_gemini_queues_and_a_draft_is_never_sent(labs: Any) -> None:
-    s = labs().start("busy-g", delay=20, reply="Done.")
+    # Held, not timed: the turn must outlast the queue, the draft and drover's look, however slow the machine.
+    s = labs().start("busy-g", hold=True, reply="Done.")
     s.submit("start a slow turn")
     busy = s.wait_screen(lambda t: is_busy(t) and PLACEHOLDER in t, what="the busy screen")
     assert has_line(busy, r"^ \S Thinking\.\.\. \(esc to cancel, \d+s\) +\? for shortcuts$"), busy
     assert state(busy) == ("busy", False, True)
     assert s.title().startswith("✦  Working…")
 
-    wait_for(lambda: s.main_turns() == 1, timeout=20, what="the slow turn at the API")
-    s.set_control(reply="Done.")  # the queued turn answers at once
+    wait_for(lambda: s.main_turns() == 1, timeout=60, what="the slow turn at the API")
     s.submit("after that, run the tests")  # typed by hand: gemini queues it
     queued = s.wait_screen(lambda t: "Queued (press ↑ to edit):" in t, what="gemini's queue")
     assert has_line(queued, r"^    after that, run the tests$")
@@ -203,7 +207,9 @@ def test_busy_screens_are_reproducible_gemini_queues_and_a_draft_is_never_sent(l
     assert state(screen) == ("busy", True, False), screen
     doc = send(s, "must not join the draft")
     assert (doc.data["outcome"], doc.data["code"]) == ("refused", "draft_in_input"), doc.data
+    assert s.main_turns() == 1  # the refusal came while the first turn still ran
 
+    s.set_control(reply="Done.")  # lets the held turn end; the queued turn answers at once
     wait_for(lambda: s.main_turns() >= 2, timeout=60, what="the queued message's turn")
     idle = s.wait_screen(lambda t: not is_busy(t) and draft in t, 60, "the turns to end, the draft still in the box")
     assert state(idle) == ("idle", True, False)
@@ -217,7 +223,7 @@ def test_busy_screens_are_reproducible_gemini_queues_and_a_draft_is_never_sent(l
 
 def test_startup_dialogs_are_reproducible_and_refused(labs: Any) -> None:
     u = labs().start("trust-g", trust=False, wait=False)
-    u.wait_screen(lambda t: "Do you trust the files in this folder?" in t, 60, "the trust dialog")
+    u.wait_screen(lambda t: "Do you trust the files in this folder?" in t, START_S, "the trust dialog")
     screen = u.settled()
     assert has_line(screen, r"^ │ ● 1\. Trust folder \(untrusted0\) +│$"), screen
     assert has_line(screen, r"^ │   3\. Don't trust +│$")
@@ -226,7 +232,7 @@ def test_startup_dialogs_are_reproducible_and_refused(labs: Any) -> None:
     assert (doc.data["outcome"], doc.data["code"]) == ("refused", "dialog"), doc.data
 
     a = labs(auth=False).start("auth-g", wait=False)
-    a.wait_screen(lambda t: "How would you like to authenticate for this project?" in t, 60, "the auth dialog")
+    a.wait_screen(lambda t: "How would you like to authenticate for this project?" in t, START_S, "the auth dialog")
     screen = a.settled()
     assert has_line(screen, r"^│   ● 1\. Sign in with Google +│$"), screen
     assert has_line(screen, r"^│     2\. Use Gemini API Key +│$")

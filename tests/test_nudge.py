@@ -445,15 +445,16 @@ def test_over_ssh_the_directory_rule_is_per_host(sshfleet: Any, isolated: Path, 
 
 
 def test_claude_session_busy_by_its_registry_and_sharing_its_directory(claude_lab: Any, tmux: Tmux, cli: Any) -> None:
-    s = claude_lab.start("c-nudge", delay=6)
+    s = claude_lab.start("c-nudge", hold=True)  # the first turn lasts until the busy nudge has been refused
     res = cli("--actor", ACTOR, "nudge", "local:c-nudge", "start a slow turn", "--json")
     assert res.code == 0, res.out
     data = res.json()["data"]
     assert (data["outcome"], data["lane"]) == ("delivered", "inbox"), data
-    wait_for(lambda: s.status() == "busy", timeout=20, what="the turn to start")
+    wait_for(lambda: s.status() == "busy", what="the turn to start")
     res = cli("nudge", "local:c-nudge", "are you done?", "--json")
     assert res.code == 4 and res.json()["data"]["code"] == "generating", res.out
-    wait_for(lambda: s.status() == "idle", timeout=40, what="the turn to end")
+    s.set_control()  # lets the held turn end
+    wait_for(lambda: s.status() == "idle", timeout=120, what="the turn to end")
     # A demo agent in the Claude session's directory: now each has a live neighbour there.
     neighbour = agent_in(tmux, s.cwd, "neighbour")
     res = cli("nudge", "local:c-nudge", "are you done?", "--json")

@@ -28,8 +28,31 @@ def killed_send(target: str, text: str, step: str, *extra: str) -> subprocess.Co
         capture_output=True,
         text=True,
         env={**os.environ, "DROVER_FAULT": step},
-        timeout=60,
+        timeout=180,
     )
+
+
+def opened_by(pid: int, path: str) -> bool:
+    """Does process `pid` hold `path` open (one of its file descriptors)?"""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def alive(pid: int) -> bool:
+    """Is there a process `pid`, not a zombie?"""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def only_pending() -> dict[str, Any]:
@@ -118,11 +141,11 @@ def test_claude_inbox_kill_9_then_retry_lands_exactly_once(claude_lab: Any, step
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     msg = only_pending()
     if step != "after_accept":  # it went out: let its turn run (a retry while the session is busy says so and waits)
-        wait_for(lambda: text in peer_bodies(s), timeout=30, what="the message's turn")
-    wait_for(lambda: s.status() == "idle", timeout=30)
+        wait_for(lambda: text in peer_bodies(s), timeout=120, what="the message's turn")
+    wait_for(lambda: s.status() == "idle", timeout=120)
     doc = drover.run("messages.retry", {"id": msg["id"]})
     assert doc.data["outcome"] == "delivered" and doc.data["verified"] is True, (doc.data.get("code"), doc.data.get("detail"))
-    wait_for(lambda: text in peer_bodies(s), timeout=20, what="the peer message")
+    wait_for(lambda: text in peer_bodies(s), timeout=120, what="the peer message")
     stays(lambda: peer_bodies(s).count(text) == 1, 2, "exactly one peer record")
 
 
@@ -140,25 +163,28 @@ def test_claude_tmux_lane_kill_9_then_retry_lands_exactly_once(
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     msg = only_pending()
     if step == "after_enter":  # Enter went: let the turn it started run (a retry while it is busy says so and waits)
-        wait_for(lambda: typed_turns(s, msg["id"]) >= 1, timeout=30, what="the typed turn")
-    wait_for(lambda: s.status() == "idle", timeout=30)
+        wait_for(lambda: typed_turns(s, msg["id"]) >= 1, timeout=120, what="the typed turn")
+    wait_for(lambda: s.status() == "idle", timeout=120)
     doc = drover.run("messages.retry", {"id": msg["id"]})
     assert doc.data["outcome"] in ("delivered", "queuedBehindTurn"), (doc.data.get("code"), doc.data.get("detail"))
-    wait_for(lambda: typed_turns(s, msg["id"]) >= 1, timeout=20, what="the typed turn")
+    wait_for(lambda: typed_turns(s, msg["id"]) >= 1, timeout=120, what="the typed turn")
     stays(lambda: typed_turns(s, msg["id"]) == 1, 2, "exactly one typed turn")
 
 
 def test_claude_verified_when_idle_and_verified_later_when_queued(claude_lab: Any, cli: Any) -> None:
-    s = claude_lab.start("verif-a", delay=6)
+    # The first turn is held at the fake API until the second message has been queued behind it: a turn of fixed
+    # length could end first on a loaded machine, and the second message would then find Claude idle.
+    s = claude_lab.start("verif-a", hold=True)
     first = drover.run("sessions.message", {"id": s.name, "text": "idle: verified at once"}, actor="t")
     assert (first.data["outcome"], first.data["verified"]) == ("delivered", True), first.data
     assert "transcript" in first.data["verification"] or ".jsonl" in first.data["verification"]
-    wait_for(lambda: s.status() == "busy", timeout=20)
+    wait_for(lambda: s.status() == "busy", what="the first turn running")
     queued = drover.run("sessions.message", {"id": s.name, "text": "busy: verified after the turn"}, actor="t")
     assert (queued.data["outcome"], queued.data["verified"]) == ("queuedBehindTurn", False), queued.data
     human = cli("log", "show", queued.data["id"])
     assert "queuedBehindTurn" in human.out
-    wait_for(lambda: "busy: verified after the turn" in peer_bodies(s), timeout=40, what="the queued message")
+    s.set_control()  # lets the held turn end: the queued message's turn follows, answered at once
+    wait_for(lambda: "busy: verified after the turn" in peer_bodies(s), timeout=120, what="the queued message")
     res = cli("verify", "--json")
     assert res.code == 0, res.err
     rows = {r["id"]: r for r in res.json()["data"]["messages"]}
@@ -181,15 +207,19 @@ def test_ctrl_c_mid_send_records_interrupted_and_retry_finishes_it(tmux: Tmux, i
             stderr=subprocess.PIPE,
             text=True,
         )
-        wait_for(lambda: drover.run("messages.list", {}).data["messages"], what="the accepted event")
+        # Ctrl-C only once drover is waiting on the pane's lock (the local helper, a thread of the sender, has the
+        # lock file open): the accepted event alone does not say the request is out, and a fixed moment could fall
+        # before it or after drover's own bound on the wait (lock_wait_s, 20 s) on a loaded machine.
+        wait_for(lambda: opened_by(proc.pid, hold.path) or proc.poll() is not None, 120, what="drover waiting on the lock")
+        assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130 and "interrupted" in err
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in err, (proc.returncode, out, err)
     msg = drover.run("messages.list", {}).data["messages"][0]
     assert (msg["outcome"], msg["code"], msg["indeterminate"]) == ("failed", "interrupted", True), msg
     doc = drover.run("messages.retry", {"id": msg["id"]})
     assert doc.data["outcome"] == "delivered", doc.data
-    wait_for(lambda: any("interrupted on its way" in m for m in pane.messages()))
+    wait_for(lambda: any("interrupted on its way" in m for m in pane.messages()), 60, what="the message")
     stays(lambda: sum("interrupted on its way" in m for m in pane.messages()) == 1, what="exactly once")
 
 
@@ -203,15 +233,15 @@ def test_kill_9_of_the_sender_mid_ssh_then_retry_lands_exactly_once(sshfleet: An
     others = set(helper_pids("h2"))  # an earlier test's helpers, not this send's
     with PaneLock(str(socket), pane.id, 0):  # the delivery waits on h2 for the pane, its request out
         proc = subprocess.Popen([sys.executable, "-m", "drover", "send", "h2:far", "killed mid-ssh"], cwd=str(ROOT), env=env)
-        wait_for(lambda: drover.run("messages.list", {}).data["messages"], timeout=30, what="the accepted event")
-        wait_for(lambda: set(helper_pids("h2")) - others, timeout=30, what="the delivering helper on h2")
+        wait_for(lambda: drover.run("messages.list", {}).data["messages"], timeout=120, what="the accepted event")
+        wait_for(lambda: set(helper_pids("h2")) - others, timeout=120, what="the delivering helper on h2")
         proc.kill()  # kill -9 of the sender, mid-SSH
-        proc.wait(timeout=10)
+        proc.wait(timeout=60)
     msg = drover.run("messages.list", {}).data["messages"][-1]
     assert msg["pending"] is True
     doc = drover.run("messages.retry", {"id": msg["id"]})
     assert doc.data["outcome"] in ("delivered", "queuedBehindTurn"), (doc.data.get("code"), doc.data.get("detail"))
-    wait_for(lambda: any("killed mid-ssh" in m for m in pane.messages()), timeout=20)
+    wait_for(lambda: any("killed mid-ssh" in m for m in pane.messages()), timeout=120)
     stays(lambda: sum("killed mid-ssh" in m for m in pane.messages()) == 1, 1.0, what="exactly one copy on h2")
 
 
@@ -240,7 +270,7 @@ def test_two_retries_at_once_deliver_once(tmux: Tmux) -> None:
         subprocess.Popen([sys.executable, "-m", "drover", "retry", msg["id"]], cwd=str(ROOT), stdout=subprocess.PIPE)
         for _ in range(2)
     ]
-    codes = sorted(p.wait(timeout=60) for p in procs)
+    codes = sorted(p.wait(timeout=180) for p in procs)
     assert codes == [0, 4], codes
     wait_for(lambda: any("two retries at once" in m for m in pane.messages()))
     stays(lambda: sum("two retries at once" in m for m in pane.messages()) == 1, 1.0, what="one copy")
@@ -276,8 +306,15 @@ def test_retry_never_redirects_to_a_session_that_replaced_the_original(tmux: Tmu
     pane = tmux.agent("first")
     assert killed_send(pane.address, "rotate the keys", "after_enter").returncode == -signal.SIGKILL
     msg = only_pending()
+    old_pid = pane.pid
     pane.tmux("kill-server")
-    newcomer = tmux.agent("first")  # same server name, same %0
+    # The original gone for good before the newcomer starts: kill-server returns before the server and its agent
+    # have exited, and a new-session racing a dying server can land in it (or fail) on a loaded machine.
+    wait_for(lambda: not alive(old_pid), what="the original agent gone")
+    gone = lambda: subprocess.run(["tmux", "-L", pane.server, "ls"], capture_output=True).returncode != 0  # noqa: E731
+    wait_for(gone, what="its server gone")
+    newcomer = tmux.agent("first")
+    assert (newcomer.server, newcomer.id) == (pane.server, pane.id)  # same server name, same %0: the address replaced
     doc = drover.run("messages.retry", {"id": msg["id"]})
     assert (doc.data["outcome"], doc.data["code"], doc.exit_code) == ("refused", "session_exited", 6), doc.data
     stays(lambda: newcomer.messages() == [], what="the newcomer getting nothing")
@@ -303,5 +340,5 @@ def test_a_retry_waits_for_a_sender_that_is_still_at_work(tmux: Tmux) -> None:
         msg = wait_for(lambda: drover.run("messages.list", {"pending": True}).data["messages"], what="the pending message")
         doc = drover.run("messages.retry", {"id": msg[0]["id"]})
         assert (doc.data["outcome"], doc.data["code"]) == ("refused", "busy"), doc.data
-    assert sender.wait(timeout=60) == 0
+    assert sender.wait(timeout=180) == 0
     stays(lambda: sum("slow sender" in m for m in pane.messages()) == 1, 1.0, what="one copy")

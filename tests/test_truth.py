@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -23,44 +24,68 @@ def truth_lines(home: Path) -> list[str]:
     return (home / "truth.jsonl").read_text(encoding="utf-8").splitlines()
 
 
-def test_eight_processes_two_hundred_sends_each(tmux: Tmux, isolated: Path) -> None:
+# Eight writers at once, each sending SENDS messages: the truth file must come out whole, every line valid JSON,
+# every send's two events there exactly once, every pane's messages in order.  What proves it is that the writers'
+# appends overlap, not how many there are: they start together (a barrier, after their slow imports) and each send
+# sleeps settle_s between its paste and its Enter, so eight workers keep interleaving for the whole run -- which
+# the test checks in the file itself.  200 sends each (1,600) took longer than its timeout at a load average of 17
+# on two cores, and 50 each took 240 s of the 300 at 29; 25 each is the same proof at a size that holds there.
+WORKERS, SENDS = 8, 25
+
+
+def test_eight_processes_sending_at_once_never_interleave_or_lose_a_line(tmux: Tmux, isolated: Path) -> None:
     fleet = isolated / "fleet.toml"
     fleet.write_text(LOOSE_LIMITS + "[defaults]\nsettle_s = 0.5\n", encoding="utf-8")
-    panes = [tmux.agent(f"w{i}") for i in range(8)]
+    panes = [tmux.agent(f"w{i}") for i in range(WORKERS)]
+    barrier = isolated / "barrier"
+    barrier.mkdir()
     script = textwrap.dedent(
         """
-        import sys, drover
-        target, worker = sys.argv[1], sys.argv[2]
-        for n in range(200):
+        import pathlib, sys, time, drover
+        target, worker, barrier, sends = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3]), int(sys.argv[4])
+        (barrier / f"ready-{worker}").touch()
+        while not (barrier / "go").exists():
+            time.sleep(0.05)
+        for n in range(sends):
             doc = drover.run("sessions.message", {"id": target, "text": f"worker {worker} message {n}"}, actor=f"w{worker}")
             assert doc.data["outcome"] == "delivered", doc.data
         """
     )
     env = {**os.environ, "DROVER_FLEET": str(fleet), "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-c", script]
     procs = [
-        subprocess.Popen([sys.executable, "-c", script, p.address, str(i)], env=env, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen([*argv, p.address, str(i), str(barrier), str(SENDS)], env=env, stderr=subprocess.PIPE, text=True)
         for i, p in enumerate(panes)
     ]
+    ready = lambda: len(list(barrier.glob("ready-*"))) == WORKERS or any(p.poll() is not None for p in procs)  # noqa: E731
+    wait_for(ready, 120, what="every worker ready")
+    (barrier / "go").touch()
     for proc in procs:
-        _, err = proc.communicate(timeout=400)
+        _, err = proc.communicate(timeout=280)  # within pytest's own 300 s
         assert proc.returncode == 0, err[-2000:]
 
+    total = WORKERS * SENDS
     lines = truth_lines(isolated / "home")
     events = [json.loads(line) for line in lines]  # every line is whole, valid JSON
     kinds = Counter(e["event"] for e in events)
-    assert kinds == {"accepted": 1600, "outcome": 1600}
+    assert kinds == {"accepted": total, "outcome": total}
     accepted = [e["id"] for e in events if e["event"] == "accepted"]
-    assert len(set(accepted)) == 1600
+    assert len(set(accepted)) == total
     assert Counter(e["id"] for e in events if e["event"] == "outcome") == Counter(accepted)
     assert {e["outcome"] for e in events if e["event"] == "outcome"} == {"delivered"}
+    # The writers did overlap: one worker's run of accepted events is broken by another's many times (run one after
+    # another, the file would hold WORKERS blocks, WORKERS - 1 changes of actor).
+    actors = [e["actor"] for e in events if e["event"] == "accepted"]
+    changes = sum(a != b for a, b in itertools.pairwise(actors))
+    assert changes >= 4 * WORKERS, f"the workers hardly overlapped ({changes} changes of writer): nothing was proved"
     for i, pane in enumerate(panes):
 
         def all_arrived(pane: Pane = pane) -> bool:
-            return len(pane.messages()) == 200
+            return len(pane.messages()) == SENDS
 
-        wait_for(all_arrived, timeout=30, what=f"worker {i}'s messages")
+        wait_for(all_arrived, timeout=120, what=f"worker {i}'s messages")
         got = [m.split("\n")[1] for m in pane.messages()]  # the body, inside drover's envelope
-        assert got == [f"worker {i} message {n}" for n in range(200)]
+        assert got == [f"worker {i} message {n}" for n in range(SENDS)]
 
 
 def test_send_killed_between_accept_and_outcome_shows_as_pending(tmux: Tmux, isolated: Path, cli: Any) -> None:

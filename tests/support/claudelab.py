@@ -25,9 +25,9 @@ PACKAGE = f"@anthropic-ai/claude-code@{VERSION}"
 HERE = Path(__file__).resolve().parent
 
 try:  # imported as tests.support.claudelab by pytest, as claudelab by scripts/test.sh
-    from tests.support.npmcache import cache_root, npm_install, unshare_works
+    from tests.support.npmcache import START_S, cache_root, npm_install, unshare_works
 except ImportError:
-    from npmcache import cache_root, npm_install, unshare_works  # type: ignore[no-redef]
+    from npmcache import START_S, cache_root, npm_install, unshare_works  # type: ignore[no-redef]
 
 
 def cache_dir() -> Path:
@@ -195,7 +195,7 @@ class ClaudeLab:
         script.write_text(f"#!/bin/sh\nexec unshare -n sh -c '{inner}' \"$1\"\n")
         return script
 
-    def wait_registered(self, session: ClaudeSession, timeout: float = 30.0) -> None:
+    def wait_registered(self, session: ClaudeSession, timeout: float = START_S) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for path in (self.config / "sessions").glob("*.json"):

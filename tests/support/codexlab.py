@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 try:  # imported as tests.X by pytest, as X by scripts/test.sh
-    from tests.support.npmcache import cache_root, npm_install
+    from tests.support.npmcache import START_S, cache_root, npm_install
 except ImportError:
-    from npmcache import cache_root, npm_install  # type: ignore[no-redef]
+    from npmcache import START_S, cache_root, npm_install  # type: ignore[no-redef]
 
 VERSION = "0.169.0"
 PACKAGE = f"@openai/codex@{VERSION}"
@@ -444,7 +444,8 @@ class CodexLab:
             )
         connect = f"import socket; socket.create_connection(('127.0.0.1', {PORT}), 1)"
         probe = [*_ns_prefix(self.fake.pid), sys.executable, "-c", connect]
-        wait_for(lambda: subprocess.run(probe, capture_output=True, timeout=10).returncode == 0, 15, "the fake Responses API")
+        up = lambda: subprocess.run(probe, capture_output=True, timeout=60).returncode == 0  # noqa: E731
+        wait_for(up, START_S, "the fake Responses API")
 
     def write_config(self, trusted: list[Path], *, approval: str = "on-request", sandbox: str = "workspace-write") -> None:
         lines = [
@@ -515,7 +516,7 @@ class CodexLab:
         self.tmux("set-option", "-t", name, "remain-on-exit", "on")
         self.sessions.append(session)
         if wait:
-            session.wait_idle(timeout=60)
+            session.wait_idle(timeout=START_S)
         return session
 
     def codex(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -596,8 +597,8 @@ def capture_screens(dest: Path, binary: Path, root: Path) -> dict[str, str]:
     lab = CodexLab(root, binary)
     try:
         s = lab.start("webapp", wait=False)
-        shot("starting", s.wait_screen(r"^  \? for shortcuts", timeout=60))
-        shot("idle", s.wait_idle(timeout=60))
+        shot("starting", s.wait_screen(r"^  \? for shortcuts", timeout=START_S))
+        shot("idle", s.wait_idle(timeout=START_S))
         s.paste("a human draft, not sent")
         shot("idle-with-draft", s.wait_screen(r"^› a human draft, not sent"))
         s.keys("C-u")
@@ -633,7 +634,7 @@ def capture_screens(dest: Path, binary: Path, root: Path) -> dict[str, str]:
         s.wait_idle()
 
         t = lab.start("newrepo", trust=False, git=True, wait=False)
-        shot("trust-dialog", t.wait_screen(r"Trust this folder\?", timeout=60))
+        shot("trust-dialog", t.wait_screen(r"Trust this folder\?", timeout=START_S))
     finally:
         lab.close()
     return shots

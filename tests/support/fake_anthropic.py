@@ -2,8 +2,9 @@
 
 It answers `POST /v1/messages` (streaming or not) with a fixed text reply and logs every request body as one
 JSON line. Behaviour is read from a control file on every request, so a test can change it while the session
-runs: {"delay": seconds before answering, "reply": text, "tool_use": {"command": "..."} to ask for a Bash tool
-call (which raises a real permission dialog)}.
+runs: {"delay": seconds before answering, "hold": true to stall the main turn until the control file no longer says
+so (bounded by "hold_max", default 300 s: a turn exactly as long as a test needs, however slow the machine),
+"reply": text, "tool_use": {"command": "..."} to ask for a Bash tool call (which raises a real permission dialog)}.
 
     python fake_anthropic.py --port 8765 --log requests.jsonl --control control.json
 """
@@ -53,6 +54,16 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(raw)
 
+    def _stall(self, control: dict[str, Any]) -> None:
+        """Wait `delay` seconds, and on while the control file says `hold` (re-read: the test lets go by rewriting it)."""
+        deadline = time.monotonic() + float(control.get("delay", 0))
+        hold_until = time.monotonic() + float(control.get("hold_max", 300))
+        while True:
+            now = time.monotonic()
+            if now >= deadline and not (self._control().get("hold") and now < hold_until):
+                return
+            time.sleep(0.1)
+
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
@@ -70,7 +81,7 @@ class Handler(BaseHTTPRequestHandler):
         control = self._control()
         # Claude Code's side requests (titles, summaries) are small: only the main turn waits.
         if body.get("tools"):
-            time.sleep(float(control.get("delay", 0)))
+            self._stall(control)
         content = self._content(body, control)
         message = {
             "id": f"msg_{uuid.uuid4().hex[:24]}",

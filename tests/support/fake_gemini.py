@@ -5,6 +5,8 @@ and `:countTokens`, and logs every request as one JSON line. Behaviour is read f
 request, so a test can change it while the session runs:
 
     {"delay": seconds the main turn waits before answering (the TUI shows it busy meanwhile),
+     "hold": true to stall the main turn until the control file no longer says so (bounded by "hold_max", default
+             300 s): a turn that lasts exactly as long as a test needs it, however slow the machine,
      "reply": the text of the answer,
      "shell": "a command" to answer the main turn with a run_shell_command function call instead (gemini-cli then
               asks its user to approve the command: a real approval dialog)}
@@ -86,7 +88,7 @@ class Handler(BaseHTTPRequestHandler):
         control = self._control()
         main_turn = bool(body.get("tools"))
         if main_turn:
-            time.sleep(float(control.get("delay", 0)))
+            self._stall(control)
         response = {
             "candidates": [
                 {"content": {"role": "model", "parts": self._parts(body, control)}, "finishReason": "STOP", "index": 0}
@@ -98,6 +100,16 @@ class Handler(BaseHTTPRequestHandler):
             self._stream(response)
         else:
             self._json(200, response)
+
+    def _stall(self, control: dict[str, Any]) -> None:
+        """Wait `delay` seconds, and on while the control file says `hold` (re-read: the test lets go by rewriting it)."""
+        deadline = time.monotonic() + float(control.get("delay", 0))
+        hold_until = time.monotonic() + float(control.get("hold_max", 300))
+        while True:
+            now = time.monotonic()
+            if now >= deadline and not (self._control().get("hold") and now < hold_until):
+                return
+            time.sleep(0.1)
 
     @staticmethod
     def _parts(body: dict[str, Any], control: dict[str, Any]) -> list[dict[str, Any]]:

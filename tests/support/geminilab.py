@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 try:  # imported as tests.X by pytest, as X by scripts/test.sh
-    from tests.support.npmcache import cache_root, npm_install
+    from tests.support.npmcache import START_S, cache_root, npm_install
 except ImportError:
-    from npmcache import cache_root, npm_install  # type: ignore[no-redef]
+    from npmcache import START_S, cache_root, npm_install  # type: ignore[no-redef]
 
 VERSION = "0.61.0"
 PACKAGE = f"@google/gemini-cli@{VERSION}"
@@ -273,7 +273,7 @@ class GeminiLab:
         session.pid = int(self.tmux("display-message", "-p", "-t", session.pane, "#{pane_pid}").strip() or 0)
         self.sessions.append(session)
         if wait:
-            session.wait_idle()
+            session.wait_idle(START_S)
         return session
 
     def stop(self) -> None:
@@ -394,7 +394,7 @@ def capture(dest: Path, binary: Path, root: Path, server: str = "gemini-capture"
         s.keys("Escape")  # 3. No, suggest changes (esc): nothing runs
 
         u = lab.start("untrusted", trust=False, wait=False)
-        u.wait_screen(lambda t: "Do you trust the files in this folder?" in t, 60, "the trust dialog")
+        u.wait_screen(lambda t: "Do you trust the files in this folder?" in t, START_S, "the trust dialog")
         screen = u.settled()
         save("gemini-trust-dialog.txt", screen, "a session started in a folder that trustedFolders.json does not list")
     finally:
@@ -403,7 +403,7 @@ def capture(dest: Path, binary: Path, root: Path, server: str = "gemini-capture"
     lab = GeminiLab(root / "nokey", binary, auth=False, server=server)
     try:
         a = lab.start("nokey", wait=False)
-        a.wait_screen(lambda t: "How would you like to authenticate" in t, 60, "the auth dialog")
+        a.wait_screen(lambda t: "How would you like to authenticate" in t, START_S, "the auth dialog")
         screen = a.settled()
         save("gemini-auth-dialog.txt", screen, "trusted folder, no key in the environment, no auth type in settings.json")
     finally:

@@ -12,6 +12,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+# How long a lab waits for an agent CLI to come up (its first idle screen, its registry record, a start-up dialog).
+# A cold start of Claude Code, Codex or gemini-cli takes a few seconds on a quiet machine and well over 30 s at a load
+# average of 15-20 on two cores; the bound is there only so that a program that never starts fails the test.
+START_S = 120.0
+
 
 def cache_root() -> Path:
     home = pwd.getpwuid(os.getuid()).pw_dir  # not $HOME: tests move HOME around
