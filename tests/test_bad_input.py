@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Pane, Tmux, drover_process
+from tests.test_daemon import persistent, running, status  # noqa: F401 - persistent is a fixture
 
 
 @pytest.fixture
@@ -221,3 +222,30 @@ def test_a_lone_surrogate_in_op_json_is_refused_before_anything_is_recorded(cli:
     # a pair of surrogate escapes is one character: text like any other
     ok = cli("op", "sessions.message", '{"host": "local", "id": "target", "text": "paired \\ud83d\\ude00"}')
     assert ok.code == 0, ok.out
+
+
+@pytest.mark.parametrize("daemon", [False, True])
+def test_an_integer_too_long_for_python_in_op_json_is_a_usage_error(
+    agent: Pane, daemon: bool, request: pytest.FixtureRequest
+) -> None:
+    """Python refuses to read an integer of more than 4300 digits (ValueError, not a JSONDecodeError): it was an
+    internal error (exit 1), directly and through the daemon.  It is invalid input like any other: bad_json."""
+    if daemon:
+        request.getfixturevalue("persistent")
+        started = drover_process("ls", "--json", timeout=60)  # the first use starts the daemon
+        assert started.code == 0, started
+        served = running()["served"]
+    huge = '{"host": "local", "id": "target", "last": 1' + "0" * 5000 + "}"
+    for args, stdin in (
+        (("op", "sessions.read", "-"), huge),
+        (("op", "sessions.message", huge.replace('"last"', '"text": "x", "n"')), None),
+    ):
+        res = drover_process(*args, stdin=stdin)
+        assert res.code == 2, res
+        line = one_line(res.err)
+        assert "4300 digits" in line and "internal error" not in line, line
+        assert json.loads(res.out)["errors"][0]["code"] == "bad_json"
+    if daemon:
+        assert status()["served"] == served + 2  # the daemon answered both
+    assert drover_process("log", "--json").json()["data"]["messages"] == []
+    untouched(agent)
