@@ -16,7 +16,7 @@ import pytest
 
 import drover
 from drover.remote import spawn as rspawn
-from tests.conftest import stays, wait_for
+from tests.conftest import drover_process, stays, wait_for
 from tests.support.sshfleet import SSHFleet, free_port
 
 
@@ -686,3 +686,16 @@ def test_spawns_reads_the_record_backwards_and_stops_at_its_newest(isolated: Pat
         got = drover.run("sessions.spawns", args).data
         assert got["spawns"] == want[-int(args["limit"]) :], args  # type: ignore[call-overload]
         assert got["complete"] is (len(want) <= int(args["limit"])), args  # type: ignore[call-overload]
+
+
+def test_a_spawn_timeout_bounds_the_whole_request_its_ready_wait_included(tmux: Any, isolated: Path) -> None:
+    """`spawn --timeout 3` with an engine whose ready_timeout_s is 600: the host's wait is cut to fit the bound,
+    so the spawn ends within it (the harness bounds the process), saying what cut the wait."""
+    fleet = isolated / "fleet.toml"
+    fleet_with(fleet, {"demo": "command = \"sh -c 'echo warming up; sleep 900'\"\nready_timeout_s = 600"})
+    args = ("--fleet", str(fleet), "spawn", "local", "--engine", "demo", "--cwd", str(isolated), "--name", "cut")
+    res = drover_process(*args, "--brief", "x", "--timeout", "3", "--json", timeout=120)
+    assert res.code == 9, res.err
+    error = res.json()["errors"][0]
+    assert error["code"] == "spawn_timeout" and "was not ready after 2s" in error["message"], error
+    assert "cut to 2s to fit --timeout 3" in error["hint"], error

@@ -128,6 +128,19 @@ def _brief_fits(
     )
 
 
+def _bounds(ctx: Context, host: str, ready_timeout_s: float) -> tuple[float, float]:
+    """(how long the host waits for the session to get ready, the bound of the whole request).
+
+    The host does the waiting, so the request must outlive it: by default it is given the wait plus the
+    host's request_timeout.  A command's --timeout bounds the whole request instead, as it bounds every other
+    request: the wait is cut to leave the host time to answer within it (a host that never answers is then
+    reported after --timeout, not after ready_timeout_s more)."""
+    if ctx.timeout_s is None:
+        return ready_timeout_s, ready_timeout_s + ctx.timeout(host)
+    ready_s = min(ready_timeout_s, max(ctx.timeout_s - 1.0, ctx.timeout_s / 2))
+    return ready_s, ctx.timeout_s
+
+
 async def spawn_session(
     ctx: Context,
     *,
@@ -171,6 +184,7 @@ async def spawn_session(
         _event("spawn_requested", spawn_id, host=host, engine=engine, cwd=cwd, name=name, actor=actor, parent=parent)
     )
     _brief_fits(ctx, spawn_id, host, engine, cwd, name, brief, actor, parent_msg)
+    ready_s, bound = _bounds(ctx, host, spec.ready_timeout_s)
     args = {
         "engine": engine,
         "cwd": cwd,
@@ -179,17 +193,21 @@ async def spawn_session(
         "server": cfg.spawn_server or "default",
         "trusted": cfg.trusted,
         "trust_file": spec.trust_file,
-        "timeout_s": spec.ready_timeout_s,
+        "timeout_s": ready_s,
         "ready": spec.ready if spec.ready is not None else DEFAULT_READY.get(engine),
         "alone": alone,
     }
     try:
-        # The host does the waiting; the request only needs to outlive it.
-        data = await call_host(ctx, host, "spawn", args, timeout=spec.ready_timeout_s + ctx.timeout(host))
+        data = await call_host(ctx, host, "spawn", args, timeout=bound)
     except DroverError as exc:
         if exc.code == P.SPAWN_TIMEOUT:
             exc.exit_code = ExitCode.TIMEOUT  # a helper error of the timeout class: `drover wait`'s exit code
-            exc.hint = "it is left running: `drover status` shows it; raise [spawn.ENGINE] ready_timeout_s if it is slow"
+            slower = (
+                f"give a longer --timeout (its wait was cut to {ready_s:g}s to fit --timeout {ctx.timeout_s:g})"
+                if ready_s < spec.ready_timeout_s
+                else "raise [spawn.ENGINE] ready_timeout_s"
+            )
+            exc.hint = f"it is left running: `drover status` shows it; {slower} if it is slow"
         ctx.truth.append(_event("spawn_failed", spawn_id, host=host, code=exc.code, message=exc.message, **exc.details))
         raise
     result: dict[str, Any] = {
