@@ -192,7 +192,7 @@ class SSHTransport:
         answer, noise = read_answer(stdout)
         if answer is None:
             raise self._no_answer(op, result.status, result.signalled, stdout, stderr)
-        return self._data(answer, noise)
+        return await self._data(answer, noise)
 
     def _command(self) -> str:
         try:
@@ -268,12 +268,14 @@ class SSHTransport:
         finally:
             if helper is not None and not kept:
                 helper.close()  # cancelled or failed mid-request: its next answer would belong to nobody
-        return self._data(answer, noise)
+        return await self._data(answer, noise)
 
-    def _data(self, answer: dict[str, Any], noise: bytes) -> Any:
+    async def _data(self, answer: dict[str, Any], noise: bytes) -> Any:
         """The helper's data from its answer, checked; a noisy login shell becomes a warning (not a banner_ok one)."""
-        if noise and not banner.accepted(noise, self.cfg.banner_ok):
-            self.warnings.append(banner.warning(self.host, noise))
+        if noise:
+            accepted = await banner.judge(noise, self.cfg.banner_ok)
+            if not accepted:
+                self.warnings.append(banner.warning(self.host, noise, slow=accepted is None))
         if answer.get("helper") != P.PROTOCOL:
             raise TransportError(
                 f"the helper speaks protocol {answer.get('helper')!r}, drover needs {P.PROTOCOL}",
