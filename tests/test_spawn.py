@@ -699,3 +699,18 @@ def test_a_spawn_timeout_bounds_the_whole_request_its_ready_wait_included(tmux: 
     error = res.json()["errors"][0]
     assert error["code"] == "spawn_timeout" and "was not ready after 2s" in error["message"], error
     assert "cut to 2s to fit --timeout 3" in error["hint"], error
+
+
+def test_an_unknown_engines_hint_names_what_works(tmux: Any, isolated: Path, cli: Any) -> None:
+    """A typo is answered with the engine meant; a [spawn.NAME] without a profile (what the old hint told to add)
+    is refused before anything is recorded, naming the [engines.NAME] table it lacks; with both, it starts."""
+    fleet = isolated / "fleet.toml"
+    fleet_with(fleet, {"claud": 'command = "claude"'})
+    base = ["--fleet", str(fleet), "spawn", "local", "--cwd", str(isolated), "--brief", "do it"]
+    res = cli(*base, "--engine", "claud")
+    line = one_line_error(res)
+    assert res.code == 2 and "no [engines.claud] says how to know it" in line, line
+    assert "did you mean 'claude'?" in res.err and '[engines.claud] commands = ["..."]' in res.err, res.err
+    res = cli(*base, "--engine", "mybot")
+    assert res.code == 2 and '[spawn.mybot] command = "..." and [engines.mybot] commands = ["..."]' in res.err, res.err
+    assert cli("--fleet", str(fleet), "spawns", "--json").json()["data"]["spawns"] == []

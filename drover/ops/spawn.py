@@ -10,6 +10,7 @@ reported as waiting and gets no brief; a person answers it, and `drover send` ca
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import time
@@ -27,6 +28,7 @@ from drover.ops.outcome import exit_code_for
 from drover.ops.send import MessageRequest, sessions_message
 from drover.record import ReadStats, now_iso
 from drover.remote import protocol as P
+from drover.remote.profiles import BUILTIN_PROFILES
 
 # The engines drover can start with no [spawn.ENGINE] table: their own commands, found on the host's PATH.
 DEFAULT_TEMPLATES = {"claude": "claude --name {name}", "codex": "codex"}
@@ -60,16 +62,27 @@ def default_name(cwd: str, engine: str) -> str:
 
 
 def template_for(ctx: Context, engine: str) -> SpawnEngine:
+    """How to start `engine`; an engine drover could not start or would not know once started is refused here,
+    before anything is recorded: it needs a command (a [spawn] table or a built-in one) and a profile (built in or
+    an [engines] table) -- the host refuses one without a profile, after the spawn was recorded."""
+    profiled = {*BUILTIN_PROFILES, *ctx.fleet.engines} - {"unknown"}
     spec = ctx.fleet.spawn.get(engine)
-    if spec is not None:
+    if spec is None and engine in DEFAULT_TEMPLATES:
+        spec = SpawnEngine(command=DEFAULT_TEMPLATES[engine])
+    if spec is not None and engine in profiled:
         return spec
-    if engine in DEFAULT_TEMPLATES:
-        return SpawnEngine(command=DEFAULT_TEMPLATES[engine])
-    known = ", ".join(sorted({*DEFAULT_TEMPLATES, *ctx.fleet.spawn}))
+    startable = sorted(e for e in {*DEFAULT_TEMPLATES, *ctx.fleet.spawn} if e in profiled)
+    close = difflib.get_close_matches(engine, startable, n=1)
+    typo = f"did you mean {close[0]!r}? " if close else ""
+    needs = [] if spec is not None else [f'[spawn.{engine}] command = "..."']
+    needs += [] if engine in profiled else [f'[engines.{engine}] commands = ["..."]']
+    added = " and ".join(needs)
     raise InvalidRequest(
-        f"drover does not know how to start engine {engine!r}",
+        f"drover does not know how to start engine {engine!r}"
+        + ("" if spec is None else f": [spawn.{engine}] says how to start it, but no [engines.{engine}] says how to know it"),
         code=P.UNKNOWN_ENGINE,
-        hint=f'engines it can start: {known}; add [spawn.{engine}] command = "..." to the fleet for another',
+        hint=f"{typo}engines it can start: {', '.join(startable)}; for another, add {added} to the fleet "
+        "(its profile names the program and says how its screen reads its input box and idle state)",
     )
 
 
