@@ -224,6 +224,9 @@ class Client:
             self._loop, self._thread = loop, thread
             # A client dropped without close(): its connections and thread go when it is collected.
             self._finalizer = weakref.finalize(self, _stop, loop, self._core)
+            # Not at exit: _stop does not wait, and the process would end with its closing task pending ("Task was
+            # destroyed but it is pending!").  drover.run's client is closed at exit by close(), which waits.
+            self._finalizer.atexit = False
         return self._loop
 
     def _submit(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:

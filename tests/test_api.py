@@ -434,3 +434,14 @@ def test_a_request_json_cannot_carry_gets_the_same_answer_with_or_without_a_daem
     # A request that travels unchanged still goes there.
     assert drover.run("guard.check", engine="demo", screen="plain")["data"]["engine"] == "demo"
     assert status()["served"] == served + 1
+
+
+def test_a_plain_script_exits_without_asyncio_complaining(sshfleet: SSHFleet) -> None:
+    """`import drover; drover.run(...)` against an SSH host, then exit: the weakref finalizer ran before the atexit
+    close and left its closing task to die with the loop ("Task was destroyed but it is pending!")."""
+    env = {**os.environ, "HOME": str(sshfleet.client_home), "DROVER_FLEET": str(sshfleet.fleet_file)}  # type: ignore[attr-defined]
+    script = "import drover\nprint(drover.run('sessions.list', hosts=['h1']).ok)\n"
+    for _ in range(4):
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+        assert proc.returncode == 0 and proc.stdout == "True\n", proc
+        assert "Task was destroyed" not in proc.stderr and "never awaited" not in proc.stderr, proc.stderr
