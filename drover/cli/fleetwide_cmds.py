@@ -41,10 +41,16 @@ def broadcast(
     tag: TagsOpt = None,
     engine: Annotated[
         list[str] | None,
-        typer.Option("--engine", "-e", help="only sessions running this engine", autocompletion=complete_engines),
+        typer.Option(
+            "--engine", "-e", metavar="ENGINE", help="only sessions running this engine (once)", autocompletion=complete_engines
+        ),
     ] = None,
-    name: Annotated[list[str] | None, typer.Option("--name", help="only sessions whose name matches this glob")] = None,
-    cwd: Annotated[list[str] | None, typer.Option("--cwd", help="only sessions whose directory matches this glob")] = None,
+    name: Annotated[
+        list[str] | None, typer.Option("--name", metavar="GLOB", help="only sessions whose name matches this glob (once)")
+    ] = None,
+    cwd: Annotated[
+        list[str] | None, typer.Option("--cwd", metavar="GLOB", help="only sessions whose directory matches this glob (once)")
+    ] = None,
     all_: Annotated[bool, typer.Option("--all", help="every agent session of the fleet (needed without a selector)")] = False,
     via: Annotated[str, typer.Option("--via", help=VIA_HELP)] = "auto",
     as_json: JsonOpt = False,
@@ -80,9 +86,13 @@ def _one(option: str, given: list[str] | None) -> str | None:
     if given and len(given) > 1:
         from drover.errors import UsageError
 
+        many = (
+            "one engine per broadcast: broadcast once per engine"
+            if option == "--engine"
+            else "one glob can match many ('worker-*')"
+        )
         raise UsageError(
-            f"{option} given {len(given)} times: give it once",
-            hint="one glob can match many ('worker-*'); --host and --tag are the repeatable selectors",
+            f"{option} given {len(given)} times: give it once", hint=f"{many}; --host and --tag are the repeatable selectors"
         )
     return given[0] if given else None
 
