@@ -445,3 +445,31 @@ def test_a_plain_script_exits_without_asyncio_complaining(sshfleet: SSHFleet) ->
         proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
         assert proc.returncode == 0 and proc.stdout == "True\n", proc
         assert "Task was destroyed" not in proc.stderr and "never awaited" not in proc.stderr, proc.stderr
+
+
+def test_a_call_whose_connection_drover_dropped_says_so_not_that_the_helper_died(sshfleet: SSHFleet, isolated: Path) -> None:
+    """A host that takes requests and never answers: a list runs out of time, and dropping its connection ends a
+    spawn waiting on the same one.  That spawn's error says drover closed the connection, and why -- not "the
+    helper died during spawn: exit status None", which blames the host."""
+    hang = isolated / "hang.sh"
+    hang.write_text("#!/bin/sh\nexec sleep 300\n")
+    hang.chmod(0o755)
+    fleet = Path(sshfleet.fleet_file)  # type: ignore[attr-defined]
+    fleet.write_text(
+        sshfleet.fleet_toml(f'[hosts.stuck]\nssh = "h2"\npython = "{hang}"\nrequest_timeout = 3.0\n')
+        + '\n[spawn.demo]\ncommand = "sleep 600"\n',
+        encoding="utf-8",
+    )
+
+    async def both() -> tuple[Any, Any]:
+        async with drover.AsyncClient(fleet=fleet, daemon=False) as client:
+            spawn = asyncio.ensure_future(client.run("sessions.spawn", host="stuck", engine="demo", cwd="/tmp", brief="x"))
+            await asyncio.sleep(0)
+            listed = await client.run("sessions.list", hosts=["stuck"])
+            return listed, await spawn
+
+    listed, spawned = asyncio.run(both())
+    assert listed["errors"][0]["code"] == "timeout", listed
+    error = spawned["errors"][0]
+    assert error["code"] == "connection_lost" and "helper died" not in error["message"], error
+    assert "drover closed the connection while spawn waited" in error["message"] and "ran out of time" in error["message"]
