@@ -43,8 +43,11 @@ def close() -> None:
     """Close the connections drover.run and drover.arun keep (the next call opens new ones); also done at exit."""
     import sys
 
-    api = sys.modules.get("drover.api")
-    if api is not None:
+    if "drover.api" in sys.modules:
+        # Imported again rather than read from sys.modules: another thread's first drover.run may be importing
+        # it right now, and the import waits for that to finish instead of finding a module without close() yet.
+        from drover import api
+
         api.close()
 
 

@@ -101,8 +101,18 @@ class _Core:
         self.daemon = daemon and self.home is None
         self.pool: Pool | None = None
         self.served_by_daemon = 0
+        self.running: set[asyncio.Task[Any]] = set()  # the ops at work, which a Client's close() lets unwind
 
     async def run(self, name: str, payload: dict[str, Any]) -> Reply:
+        task = asyncio.current_task()
+        assert task is not None
+        self.running.add(task)
+        try:
+            return await self._run(name, payload)
+        finally:
+            self.running.discard(task)
+
+    async def _run(self, name: str, payload: dict[str, Any]) -> Reply:
         if self.daemon and daemon_client.enabled():
             try:
                 doc, code = await daemon_library.run(name, payload, self.fleet, self.actor)
@@ -199,27 +209,46 @@ class Client:
         self._thread: threading.Thread | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._closed = False
+        # The calls in flight, so that close() can end them: a call whose loop stopped under it would wait forever.
+        self._inflight: set[concurrent.futures.Future[Any]] = set()
+        self._ended: set[concurrent.futures.Future[Any]] = set()  # those close() ended
 
     def _start(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("this drover.Client is closed")
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="drover-client", daemon=True)
-                thread.start()
-                self._loop, self._thread = loop, thread
-                # A client dropped without close(): its connections and thread go when it is collected.
-                self._finalizer = weakref.finalize(self, _stop, loop, self._core)
-            return self._loop
+        """The client's loop, started on first use (called with self._lock held)."""
+        if self._closed:
+            raise RuntimeError("this drover.Client is closed")
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="drover-client", daemon=True)
+            thread.start()
+            self._loop, self._thread = loop, thread
+            # A client dropped without close(): its connections and thread go when it is collected.
+            self._finalizer = weakref.finalize(self, _stop, loop, self._core)
+            # Not at exit: _stop does not wait, and the process would end with its closing task pending ("Task was
+            # destroyed but it is pending!").  drover.run's client is closed at exit by close(), which waits.
+            self._finalizer.atexit = False
+        return self._loop
 
     def _submit(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        try:
-            loop = self._start()
-        except BaseException:
-            work.close()
-            raise
-        return asyncio.run_coroutine_threadsafe(work, loop)
+        # Under the lock: a close() that starts now sees this call among those it must end.
+        with self._lock:
+            try:
+                loop = self._start()
+            except BaseException:
+                work.close()
+                raise
+            future = asyncio.run_coroutine_threadsafe(work, loop)
+            self._inflight.add(future)
+        future.add_done_callback(self._inflight.discard)
+        return future
+
+    def _closed_under(self, future: concurrent.futures.Future[Any]) -> RuntimeError | None:
+        if future in self._ended:
+            return RuntimeError(
+                "this drover.Client was closed while the call ran: the op was stopped where it was, as Ctrl-C "
+                "stops a command (a message it had recorded shows in messages.list with pending)"
+            )
+        return None
 
     def run(self, op: str, args: dict[str, Any] | None = None, /, **fields: Any) -> Reply:
         """Run one op and wait for its document.  Failures are in the document (`ok` false, `errors`), never raised."""
@@ -228,20 +257,32 @@ class Client:
         future = self._submit(self._core.run(op, _payload(args, fields)))
         try:
             return future.result()
-        except BaseException:
+        except BaseException as exc:
             future.cancel()  # Ctrl-C while waiting: the op is cancelled as a direct run's would be
+            closed = self._closed_under(future)
+            if closed is not None:
+                raise closed from exc
             raise
 
     async def arun(self, op: str, args: dict[str, Any] | None = None, /, **fields: Any) -> Reply:
         """As run, awaited: the op runs on this client's loop, the caller's loop goes on meanwhile."""
         future = self._submit(self._core.run(op, _payload(args, fields)))
-        return await asyncio.wrap_future(future)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError as exc:
+            closed = self._closed_under(future)
+            if closed is not None:
+                raise closed from exc
+            raise
 
     def connections(self) -> dict[str, int]:
         return self._core.connections()
 
     def close(self) -> None:
-        """Close the connections and stop the thread (bounded: a host that stopped answering is dropped)."""
+        """Close the connections and stop the thread (bounded: a host that stopped answering is dropped).
+
+        Calls still in flight in other threads are stopped: each raises RuntimeError ("closed while the call
+        ran") rather than waiting on a loop that no longer runs."""
         if self._thread is not None and threading.current_thread() is self._thread:
             raise RuntimeError("drover.Client.close called from inside one of its own ops")
         with self._lock:
@@ -249,11 +290,15 @@ class Client:
                 return
             self._closed = True
             loop, thread = self._loop, self._thread
+            inflight = set(self._inflight)
         if self._finalizer is not None:
             self._finalizer.detach()
         if loop is None or thread is None:
             return
-        work = self._core.close()
+        self._ended |= inflight
+        for future in inflight:
+            future.cancel()  # its task on the loop is cancelled in turn, and unwinds below
+        work = _shutdown(self._core)
         try:
             asyncio.run_coroutine_threadsafe(work, loop).result(timeout=10)
         except RuntimeError:
@@ -270,6 +315,13 @@ class Client:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+async def _shutdown(core: _Core) -> None:
+    """On the client's loop: let the ops close() cancelled unwind (their records, their helpers), then close."""
+    if core.running:
+        await asyncio.wait(set(core.running), timeout=5)
+    await core.close()
 
 
 def _stop(loop: asyncio.AbstractEventLoop, core: _Core) -> None:

@@ -206,7 +206,22 @@ def from_helper(error: dict[str, Any], host: str) -> DroverError:
     code = str(error.get("code", P.HELPER_ERROR))
     cls = CODE_ERROR.get(code) or CLASS_ERROR.get(P.CODES.get(code, P.FAILURE), HelperFailed)
     details = {k: v for k, v in error.items() if k not in ("code", "message")}
-    return cls(str(error.get("message", "the helper failed")), host=host, code=code, hint=HELPER_HINTS.get(code), details=details)
+    hint = HELPER_HINTS.get(code)
+    if code == P.AMBIGUOUS_SESSION:
+        hint = _ambiguous_hint(host, details.get("candidates"), hint)
+    return cls(str(error.get("message", "the helper failed")), host=host, code=code, hint=hint, details=details)
+
+
+def _ambiguous_hint(host: str, candidates: Any, hint: str | None) -> str | None:
+    """Sessions on different tmux servers share pane ids (%0 on each) and session:window.pane: only SERVER/ID names
+    one of them, so the hint gives one such target that works, not forms that are ambiguous too."""
+    if not isinstance(candidates, list):
+        return hint
+    servers = {c.get("server") for c in candidates if isinstance(c, dict)}
+    first = next((c for c in candidates if isinstance(c, dict) and c.get("server") and c.get("id")), None)
+    if len(servers) < 2 or first is None:
+        return hint
+    return f"they are on different tmux servers: name one with its server, e.g. {host}:{first['server']}/{first['id']}"
 
 
 # -- the truth file (drover/truth.py) ----------------------------------------------------------------------------

@@ -350,3 +350,126 @@ def test_the_environment_read_for_the_daemon_leaves_the_umask_alone(monkeypatch:
         finally:
             real(old)
     assert calls == []
+
+
+def test_close_ends_the_calls_other_threads_are_in_with_a_clear_error(tmux: Tmux) -> None:
+    """Client.close() and drover.close() while other threads wait inside a call: every such call ends, raising
+    the documented RuntimeError, never left waiting on a loop that no longer runs."""
+    pane = tmux.agent("close-busy")
+    os.kill(pane.pid, signal.SIGUSR2)  # busy until told otherwise: a wait that would run for ten minutes
+    wait_for(lambda: "esc to interrupt" in pane.screen(), what="busy")
+    client = drover.Client()
+    callers: list[tuple[str, Any]] = [("client", client.run)] * 3 + [("shared", drover.run)] * 2
+    ended: dict[int, BaseException | Any] = {}
+
+    def call(i: int, run: Any) -> None:
+        try:
+            ended[i] = run("sessions.wait", id=pane.address, timeout_s=600)
+        except BaseException as exc:  # noqa: BLE001 - what the call raised is what is checked
+            ended[i] = exc
+
+    threads = [threading.Thread(target=call, args=(i, run), daemon=True) for i, (_, run) in enumerate(callers)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: len(waiters()) == len(threads), what="every wait at work")
+    client.close()
+    wait_for(lambda: not any(t.is_alive() for t in threads[:3]), what="the client's calls to end at its close")
+    assert all(t.is_alive() for t in threads[3:])  # the shared client's calls are another client's
+    drover.close()
+    wait_for(lambda: not any(t.is_alive() for t in threads), what="drover.run's calls to end at drover.close")
+    for i in range(len(threads)):
+        assert isinstance(ended[i], RuntimeError) and "closed while the call ran" in str(ended[i]), ended[i]
+    wait_for(lambda: not waiters(), what="the stopped waits to let go of the pane")
+    # Closed, not broken: drover.run opens a new client; the closed one says it is closed.
+    assert drover.run("sessions.status", id=pane.address)["data"]["session"]["state"] == "busy"
+    with pytest.raises(RuntimeError, match=r"this drover\.Client is closed"):
+        client.run("sessions.status", id=pane.address)
+
+
+def test_close_while_another_threads_first_run_is_importing_the_library() -> None:
+    """drover.close() in the very moment another thread's first drover.run imports drover.api: the close waits
+    for that import rather than finding a module without close() yet (AttributeError)."""
+    script = (
+        "import threading, time, drover\n"
+        "t = threading.Thread(target=lambda: drover.run('messages.list'), daemon=True)\n"
+        "t.start()\n"
+        "for _ in range(50):\n"
+        "    time.sleep(0.01)\n"
+        "    drover.close()\n"
+        "t.join(60)\n"
+        "print('done')\n"
+    )
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert proc.returncode == 0 and proc.stdout == "done\n", proc
+        assert "AttributeError" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.usefixtures("persistent")
+def test_a_request_json_cannot_carry_gets_the_same_answer_with_or_without_a_daemon() -> None:
+    """A set, bytes, an odd object, a huge or NaN number, a lone surrogate: a direct run answers each with a
+    document; with a daemon running, the same call must too (run here, as JSON would fail or change it) --
+    never a raised TypeError/ValueError, never another error code."""
+    first = drover_process("ls", "--json", timeout=60)  # starts the daemon
+    assert first.code == 0, first
+    served = running()["served"]
+    odd = object()
+    requests: list[tuple[str, dict[str, Any]]] = [
+        ("sessions.list", {"hosts": {"local"}}),
+        ("guard.check", {"engine": "demo", "screen": b"\xe2\x9d\xaf bytes"}),
+        ("sessions.list", {"hosts": [odd]}),
+        ("sessions.read", {"id": "nobody", "last": 10**5000}),
+        ("sessions.read", {"id": "nobody", "last": float("nan")}),
+        ("guard.check", {"engine": "demo", "screen": "a\ud800b"}),
+        ("sessions.list", {"hosts": ("local",)}),
+        ("guard.check", {"engine": "demo", "screen": "plain", 7: "a key JSON would turn into a string"}),  # type: ignore[dict-item]
+    ]
+    with drover.Client(daemon=False) as own:
+        for name, request in requests:
+            here = own.run(name, request)
+            assert set(here) == KEYS, here
+            through = drover.run(name, request)
+            assert through == here and through.exit_code == here.exit_code, (name, request)
+    assert status()["served"] == served  # none of them went to the daemon
+    # A request that travels unchanged still goes there.
+    assert drover.run("guard.check", engine="demo", screen="plain")["data"]["engine"] == "demo"
+    assert status()["served"] == served + 1
+
+
+def test_a_plain_script_exits_without_asyncio_complaining(sshfleet: SSHFleet) -> None:
+    """`import drover; drover.run(...)` against an SSH host, then exit: the weakref finalizer ran before the atexit
+    close and left its closing task to die with the loop ("Task was destroyed but it is pending!")."""
+    env = {**os.environ, "HOME": str(sshfleet.client_home), "DROVER_FLEET": str(sshfleet.fleet_file)}  # type: ignore[attr-defined]
+    script = "import drover\nprint(drover.run('sessions.list', hosts=['h1']).ok)\n"
+    for _ in range(4):
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+        assert proc.returncode == 0 and proc.stdout == "True\n", proc
+        assert "Task was destroyed" not in proc.stderr and "never awaited" not in proc.stderr, proc.stderr
+
+
+def test_a_call_whose_connection_drover_dropped_says_so_not_that_the_helper_died(sshfleet: SSHFleet, isolated: Path) -> None:
+    """A host that takes requests and never answers: a list runs out of time, and dropping its connection ends a
+    spawn waiting on the same one.  That spawn's error says drover closed the connection, and why -- not "the
+    helper died during spawn: exit status None", which blames the host."""
+    hang = isolated / "hang.sh"
+    hang.write_text("#!/bin/sh\nexec sleep 300\n")
+    hang.chmod(0o755)
+    fleet = Path(sshfleet.fleet_file)  # type: ignore[attr-defined]
+    fleet.write_text(
+        sshfleet.fleet_toml(f'[hosts.stuck]\nssh = "h2"\npython = "{hang}"\nrequest_timeout = 3.0\n')
+        + '\n[spawn.demo]\ncommand = "sleep 600"\n',
+        encoding="utf-8",
+    )
+
+    async def both() -> tuple[Any, Any]:
+        async with drover.AsyncClient(fleet=fleet, daemon=False) as client:
+            spawn = asyncio.ensure_future(client.run("sessions.spawn", host="stuck", engine="demo", cwd="/tmp", brief="x"))
+            await asyncio.sleep(0)
+            listed = await client.run("sessions.list", hosts=["stuck"])
+            return listed, await spawn
+
+    listed, spawned = asyncio.run(both())
+    assert listed["errors"][0]["code"] == "timeout", listed
+    error = spawned["errors"][0]
+    assert error["code"] == "connection_lost" and "helper died" not in error["message"], error
+    assert "drover closed the connection while spawn waited" in error["message"] and "ran out of time" in error["message"]

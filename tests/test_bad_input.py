@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Pane, Tmux, drover_process
+from tests.conftest import Pane, Tmux, drover_process, wait_for
+from tests.test_daemon import persistent, running, status  # noqa: F401 - persistent is a fixture
 
 
 @pytest.fixture
@@ -221,3 +223,58 @@ def test_a_lone_surrogate_in_op_json_is_refused_before_anything_is_recorded(cli:
     # a pair of surrogate escapes is one character: text like any other
     ok = cli("op", "sessions.message", '{"host": "local", "id": "target", "text": "paired \\ud83d\\ude00"}')
     assert ok.code == 0, ok.out
+
+
+@pytest.mark.parametrize("daemon", [False, True])
+def test_an_integer_too_long_for_python_in_op_json_is_a_usage_error(
+    agent: Pane, daemon: bool, request: pytest.FixtureRequest
+) -> None:
+    """Python refuses to read an integer of more than 4300 digits (ValueError, not a JSONDecodeError): it was an
+    internal error (exit 1), directly and through the daemon.  It is invalid input like any other: bad_json."""
+    if daemon:
+        request.getfixturevalue("persistent")
+        started = drover_process("ls", "--json", timeout=60)  # the first use starts the daemon
+        assert started.code == 0, started
+        served = running()["served"]
+    huge = '{"host": "local", "id": "target", "last": 1' + "0" * 5000 + "}"
+    for args, stdin in (
+        (("op", "sessions.read", "-"), huge),
+        (("op", "sessions.message", huge.replace('"last"', '"text": "x", "n"')), None),
+    ):
+        res = drover_process(*args, stdin=stdin)
+        assert res.code == 2, res
+        line = one_line(res.err)
+        assert "4300 digits" in line and "internal error" not in line, line
+        assert json.loads(res.out)["errors"][0]["code"] == "bad_json"
+    if daemon:
+        assert status()["served"] == served + 2  # the daemon answered both
+    assert drover_process("log", "--json").json()["data"]["messages"] == []
+    untouched(agent)
+
+
+def test_an_ambiguity_across_tmux_servers_names_a_target_that_works(cli: Any, tmux: Tmux) -> None:
+    """worker-1 as %0 on two tmux servers: `%0` and session:window.pane are as ambiguous as the name, so the
+    hint and the message name SERVER/%0, and following the hint delivers to that one session."""
+    a = tmux.agent("twin")
+    b = tmux.agent("twin", "other")
+    hinted = []
+    for argv in (("send", "local:twin", "hi"), ("status", "local:twin"), ("send", f"local:{a.id}", "hi")):
+        res = cli(*argv)
+        assert res.code == 6, res.out + res.err
+        assert f"default/{a.id} (twin" in res.err and f"other/{b.id} (twin" in res.err, res.err
+        hinted += re.findall(r"name one with its server, e\.g\. ([^\s)]+)", res.err)
+    assert len(hinted) == 3, hinted
+    assert cli("send", hinted[0], "follow the hint").code == 0
+    wait_for(lambda: a.messages() or b.messages(), what="the message")
+    assert len(a.messages() + b.messages()) == 1
+
+
+def test_a_candidate_without_a_pane_is_shown_by_its_id_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    from drover.cli import render
+
+    candidates = [{"id": "abcdef99-0000", "server": None, "name": None}]
+    render.outcome(
+        {"outcome": "failed", "host": "local", "target": "abcdef99", "detail": "ambiguous", "id": "m1", "candidates": candidates}
+    )
+    err = capsys.readouterr().err
+    assert "candidate: abcdef99-0000" in err and "None" not in err, err

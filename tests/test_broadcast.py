@@ -403,6 +403,10 @@ def test_a_repeated_or_empty_selector_is_refused_not_half_kept(tmux: Tmux, cli: 
     for option, values in (("--name", ("a1", "a2")), ("--engine", ("demo", "claude")), ("--cwd", ("/x", "/y"))):
         res = cli("broadcast", option, values[0], option, values[1], "hi")
         assert res.code == 2 and f"{option} given 2 times" in res.err, res.out + res.err
+        # Each says what it is: an engine is no glob, and the help shows one value, not a list.
+        assert ("glob" in res.err) is (option != "--engine") and ("once per engine" in res.err) is (option == "--engine")
+    shown = cli("broadcast", "--help").out
+    assert "list[str]" not in shown and "--engine ENGINE" in shown and "--name GLOB" in shown, shown
     for option in ("--name", "--cwd", "--engine"):
         res = cli("broadcast", option, "", "--all", "hi")
         assert res.code == 2 and "is empty" in res.err, res.out + res.err

@@ -47,6 +47,12 @@ def test_a_text_that_starts_with_dashes_goes_after_double_dash(cli: Any, tmux: T
     (first_actor, first), (second_actor, second) = actors(cli)
     assert (first_actor, first) == ("erin", "--force-push is fine now")
     assert second == "--actor" and second_actor != "erin"
+    # Without --, such a text is an unknown option: the error says how to give it (a misspelt option does not).
+    res = cli("send", "dashes", "--force Q7")
+    assert res.code == 2 and "No such option: --force Q7" in res.err and "drover send HOST:ID -- '--force Q7'" in res.err
+    res = cli("send", "dashes", "x", "--jsno")
+    assert res.code == 2 and "--json" in res.err and " -- " not in res.err, res.err
+    assert len(pane.messages()) == 2
 
 
 def test_fleet_and_debug_go_after_the_command_too(cli: Any, isolated: Path) -> None:

@@ -257,3 +257,20 @@ def test_tags_ops_and_host_lists_complete(isolated: Path) -> None:
     other.write_text('[hosts.zz1]\nssh = "a"\ntags = ["t9"]\n')
     assert _complete(f"drover --fleet {other} send z", env) == ["zz1:"]
     assert _complete(f"drover ls --fleet {other} --tag t", env) == ["t9"]
+
+
+def test_nudge_targets_wait_file_and_fleet_remove_hosts_and_engines_complete(isolated: Path) -> None:
+    """The categories the docs promise, where they were missing: nudge's HOST:ID (and `run`), a host for
+    wait-file and fleet remove, and --engine's values (built in, and the fleet's own)."""
+    fleet = isolated / "fleet.toml"
+    fleet.write_text('[hosts.gpu1]\nssh = "a"\n[hosts.gpu2]\nssh = "b"\n[engines.mybot]\ncommands = ["mybot"]\n')
+    env = {"DROVER_FLEET": str(fleet)}
+    assert _complete("drover nudge gpu", env) == ["gpu1:", "gpu2:"]
+    assert _complete("drover nudge r", env) == ["run"]
+    assert _complete("drover nudge local:", env) == ["local:"]
+    assert _complete("drover wait-file gp", env) == ["gpu1", "gpu2"]
+    assert _complete("drover fleet remove gpu2", env) == ["gpu2"]
+    assert _complete("drover ls --engine c", env) == ["claude", "codex"]
+    assert _complete("drover broadcast --engine m", env) == ["mybot"]
+    assert _complete("drover spawn gpu1 --engine g", env) == ["gemini"]
+    assert _complete("drover nudge gpu1:x t --create-if-missing --engine d", env) == ["demo"]

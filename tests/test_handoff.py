@@ -146,6 +146,8 @@ def test_a_newer_generation_that_cannot_be_seen_stops_the_search(tmux: Tmux, cli
     assert res.code == 5, res.err  # the dark host's own failure (a script may retry), not "no such session'
     assert "cannot see generation 3" in res.err and "dark:ocean-3" in res.err
     assert ocean2.messages() == []
+    shown = cli("--fleet", str(fleet), "handoff", "--show", "local:ocean")
+    assert shown.code == 5 and "cannot tell" in shown.out and "no generation is live" not in shown.err, shown
 
 
 def test_over_ssh_the_successor_on_another_host_gets_it(sshfleet: SSHFleet, isolated: Path, cli: Any) -> None:
@@ -213,6 +215,13 @@ def test_a_handoff_from_a_host_that_is_down_is_recorded_by_name(tmux: Tmux, cli:
     before = len(truth_events(isolated, "handoff"))
     res = cli("--fleet", str(fleet), "handoff", "local:rescue", "dark:worker-2")
     assert res.code == 5 and len(truth_events(isolated, "handoff")) == before
+    # --show of a chain on that host: it cannot tell, so it fails with the host's error -- never exit 0 with
+    # "would fail: no generation is live".
+    shown = cli("--fleet", str(fleet), "handoff", "--show", "dark:worker")
+    assert shown.code == 5, shown.out + shown.err
+    assert "no generation is live" not in shown.err and "dark" in shown.err, shown
+    doc = cli("--fleet", str(fleet), "handoff", "--show", "dark:worker", "--json").json()
+    assert doc["ok"] is False and doc["errors"][0]["host"] == "dark", doc
 
 
 def test_nudge_follows_the_chain_and_never_a_stranger_the_name_prefixes(tmux: Tmux, cli: Any, isolated: Path) -> None:

@@ -3,24 +3,31 @@ in `send` and in cron's `drover nudge run` alike."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 from drover.transport import banner
-from tests.conftest import remote_agent
+from tests.conftest import drover_process, remote_agent
 from tests.support.sshfleet import SSHFleet
 
 BANNER = "*** Welcome to the HPC login node ***\nUsage policy: https://hpc.example/policy\n"
 
 
+def accepted(noise: bytes, patterns: list[str]) -> bool | None:
+    return asyncio.run(banner.judge(noise, patterns))
+
+
 def test_banner_ok_accepts_exactly_what_it_matches() -> None:
     pattern = r"\*\*\* Welcome to the HPC login node \*\*\*\nUsage policy: .*"
-    assert banner.accepted(BANNER.encode(), [pattern])
-    assert banner.accepted(BANNER.replace("\n", "\r\n").encode(), [pattern])
-    assert not banner.accepted((BANNER + "bash: module: command not found\n").encode(), [r"\*\*\* Welcome.*policy$"])
-    assert not banner.accepted(b"something else\n", [pattern])
-    assert not banner.accepted(BANNER.encode(), [])
-    assert not banner.accepted(b"x" * (banner.MAX_BANNER_BYTES + 1), [".*"])  # no banner is that long
+    assert accepted(BANNER.encode(), [pattern]) is True
+    assert accepted(BANNER.replace("\n", "\r\n").encode(), [pattern]) is True
+    assert accepted((BANNER + "bash: module: command not found\n").encode(), [r"\*\*\* Welcome.*policy$"]) is False
+    assert accepted(b"something else\n", [pattern]) is False
+    assert accepted(BANNER.encode(), []) is False
+    assert accepted(b"x" * (banner.MAX_BANNER_BYTES + 1), [".*"]) is False  # no banner is that long
+    # A pattern that backtracks without end on the host's text is given a second, then it is no banner.
+    assert accepted(b"a" * 60 + b"b", ["(a|aa)+"]) is None
 
 
 def test_banner_ok_must_be_valid_regexes(isolated: Path, cli: Any) -> None:
@@ -72,3 +79,23 @@ def test_cron_output_names_the_host_of_a_banner(sshfleet: SSHFleet, isolated: Pa
         rc.unlink()
     assert "nudge h2:agent: delivered" in res.out, res.err
     assert "warning: the login shell on h2 printed" in res.err
+
+
+def test_a_banner_ok_that_backtracks_on_a_hosts_text_neither_stalls_the_others_nor_the_bound(sshfleet: SSHFleet) -> None:
+    """h3's rc file prints 'aaa...ab' and h3's banner_ok is '(a|aa)+': matched on the event loop, it ran for
+    minutes, so healthy h1 was reported as not answering within --timeout and the command took that long.
+    The match is bounded now: h1 answers, h3 answers with a warning that says why its banner is not accepted."""
+    rc = sshfleet.host_home("h3") / ".bashrc"
+    rc.write_text("printf '%s\\n' " + "a" * 44 + "b\n")
+    fleet = sshfleet.fleet_file  # type: ignore[attr-defined]
+    fleet.write_text(fleet.read_text().replace('ssh = "h3"\n', "ssh = \"h3\"\nbanner_ok = ['(a|aa)+']\n"))
+    try:
+        env = {"HOME": str(sshfleet.client_home), "DROVER_FLEET": str(fleet)}
+        res = drover_process("ls", "--host", "h1,h3", "--timeout", "5", "--json", timeout=90, env=env)
+    finally:
+        rc.unlink()
+    assert res.code == 0, res.err
+    doc = res.json()
+    assert {h["host"]: h["ok"] for h in doc["data"]["hosts"]} == {"h1": True, "h3": True}, doc
+    warnings = [w for w in doc["data"]["warnings"] if w["host"] == "h3"]
+    assert len(warnings) == 1 and "took more than 1s to match it" in warnings[0]["message"], doc["data"]["warnings"]

@@ -3,6 +3,7 @@ that could never name the session it would start (every later nudge would start 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +64,29 @@ def test_an_id_that_cannot_name_a_new_session_needs_a_name(
     res = cli("nudge", "local:%99", "hello", "--create-if-missing", "--engine", "demo", "--cwd", str(where))
     assert res.code == 2 and "--name" in res.err
     assert records(isolated, "spawn_requested") == []
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_an_engine_drover_cannot_start_is_a_usage_error_first_shared_directory_or_not(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch, cli: Any, shared: bool
+) -> None:
+    """A typo in --engine: exit 2, nothing recorded, the same whether or not the directory is shared (it was a
+    recorded shared_cwd refusal, exit 4, when another session worked there)."""
+    spawnable_fleet(isolated, monkeypatch)
+    tmux.agent("resident")  # works in the test's directory
+    where = isolated if shared else isolated / "elsewhere"
+    where.mkdir(exist_ok=True)
+    for argv in (
+        ("nudge", "local:newcomer", "start here", "--create-if-missing", "--engine", "claud", "--cwd", str(where)),
+        (
+            "op",
+            "sessions.nudge",
+            json.dumps(
+                {"host": "local", "id": "newcomer", "text": "x", "create_if_missing": True, "engine": "claud", "cwd": str(where)}
+            ),
+        ),
+    ):
+        res = cli(*argv)
+        assert res.code == 2, res.out + res.err
+        assert "does not know how to start engine 'claud'" in res.err and "did you mean 'claude'?" in res.err, res.err
+    assert records(isolated) == []

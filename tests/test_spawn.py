@@ -16,7 +16,7 @@ import pytest
 
 import drover
 from drover.remote import spawn as rspawn
-from tests.conftest import stays, wait_for
+from tests.conftest import drover_process, stays, wait_for
 from tests.support.sshfleet import SSHFleet, free_port
 
 
@@ -686,3 +686,31 @@ def test_spawns_reads_the_record_backwards_and_stops_at_its_newest(isolated: Pat
         got = drover.run("sessions.spawns", args).data
         assert got["spawns"] == want[-int(args["limit"]) :], args  # type: ignore[call-overload]
         assert got["complete"] is (len(want) <= int(args["limit"])), args  # type: ignore[call-overload]
+
+
+def test_a_spawn_timeout_bounds_the_whole_request_its_ready_wait_included(tmux: Any, isolated: Path) -> None:
+    """`spawn --timeout 3` with an engine whose ready_timeout_s is 600: the host's wait is cut to fit the bound,
+    so the spawn ends within it (the harness bounds the process), saying what cut the wait."""
+    fleet = isolated / "fleet.toml"
+    fleet_with(fleet, {"demo": "command = \"sh -c 'echo warming up; sleep 900'\"\nready_timeout_s = 600"})
+    args = ("--fleet", str(fleet), "spawn", "local", "--engine", "demo", "--cwd", str(isolated), "--name", "cut")
+    res = drover_process(*args, "--brief", "x", "--timeout", "3", "--json", timeout=120)
+    assert res.code == 9, res.err
+    error = res.json()["errors"][0]
+    assert error["code"] == "spawn_timeout" and "was not ready after 2s" in error["message"], error
+    assert "cut to 2s to fit --timeout 3" in error["hint"], error
+
+
+def test_an_unknown_engines_hint_names_what_works(tmux: Any, isolated: Path, cli: Any) -> None:
+    """A typo is answered with the engine meant; a [spawn.NAME] without a profile (what the old hint told to add)
+    is refused before anything is recorded, naming the [engines.NAME] table it lacks; with both, it starts."""
+    fleet = isolated / "fleet.toml"
+    fleet_with(fleet, {"claud": 'command = "claude"'})
+    base = ["--fleet", str(fleet), "spawn", "local", "--cwd", str(isolated), "--brief", "do it"]
+    res = cli(*base, "--engine", "claud")
+    line = one_line_error(res)
+    assert res.code == 2 and "no [engines.claud] says how to know it" in line, line
+    assert "did you mean 'claude'?" in res.err and '[engines.claud] commands = ["..."]' in res.err, res.err
+    res = cli(*base, "--engine", "mybot")
+    assert res.code == 2 and '[spawn.mybot] command = "..." and [engines.mybot] commands = ["..."]' in res.err, res.err
+    assert cli("--fleet", str(fleet), "spawns", "--json").json()["data"]["spawns"] == []

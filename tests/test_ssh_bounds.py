@@ -194,3 +194,23 @@ def test_a_python_missing_under_tcsh_is_named_so(sshfleet: SSHFleet) -> None:
     _code, doc, _err = _drover(sshfleet, "fleet", "check", "--host", "tc")
     row = doc["data"]["hosts"][0]
     assert (row["shell"], row["python"], row["error"]["code"]) == (True, False, "python_missing"), row
+
+
+def test_a_spawn_on_a_host_that_never_answers_is_bounded_by_its_timeout(sshfleet: SSHFleet) -> None:
+    """`spawn --timeout 3` to a host whose login never finishes: reported within the harness's bound, not after
+    the engine's 60 s ready wait on top (the request's bound was ready_timeout_s + the timeout)."""
+    _need_root()
+    user = sshfleet.shell_user("bash")
+    rc = _rc(user, "sleep 120\n")
+    try:
+        _fleet_with(sshfleet, user)
+        fleet = Path(sshfleet.fleet_file)  # type: ignore[attr-defined]
+        fleet.write_text(fleet.read_text(encoding="utf-8") + '\n[spawn.demo]\ncommand = "sleep 600"\n', encoding="utf-8")
+        code, doc, err = _drover(
+            sshfleet, "spawn", "stuck", "--engine", "demo", "--cwd", "/tmp", "--brief", "x", "--timeout", "3"
+        )
+        assert code != 0 and doc["ok"] is False, err
+        assert doc["errors"][0]["code"] in ("timeout", "connect_timeout") and "3s" in doc["errors"][0]["message"], doc
+    finally:
+        rc.unlink()
+        subprocess.run(["pkill", "-KILL", "-u", user, "sleep"], capture_output=True)

@@ -30,7 +30,7 @@ from drover.cli.app import (
     run,
 )
 from drover.cli.app import target as parse_target
-from drover.cli.completion import complete_hosts, complete_op, complete_target
+from drover.cli.completion import complete_engines, complete_hosts, complete_op, complete_target
 from drover.errors import UsageError
 
 TargetArg = Annotated[
@@ -42,7 +42,9 @@ TargetArg = Annotated[
 def ls(
     host: HostsOpt = None,
     tag: TagsOpt = None,
-    engine: Annotated[str | None, typer.Option("--engine", "-e", help="only sessions running this engine")] = None,
+    engine: Annotated[
+        str | None, typer.Option("--engine", "-e", help="only sessions running this engine", autocompletion=complete_engines)
+    ] = None,
     as_json: JsonOpt = False,
     fleet: FleetOpt = None,
     actor: ActorOpt = None,

@@ -152,3 +152,24 @@ def complete_op(incomplete: str) -> list[str]:
     except Exception:  # noqa: BLE001 - as above
         return []
     return [name for name in sorted(REGISTRY) if name.startswith(incomplete)]
+
+
+def complete_engines(ctx: typer.Context, incomplete: str) -> list[str]:
+    """The engines drover knows: built in, and the fleet's [engines.NAME] and [spawn.NAME] tables."""
+    try:
+        from drover.remote.profiles import BUILTIN_PROFILES
+
+        names = set(BUILTIN_PROFILES) - {"unknown"}
+        try:
+            fleet = _fleet(ctx)
+            names |= set(fleet.engines) | set(fleet.spawn)
+        except Exception:  # noqa: BLE001 - a broken fleet still leaves the built-in engines to offer
+            pass
+    except Exception:  # noqa: BLE001 - as above
+        return []
+    return [name for name in sorted(names) if name.startswith(incomplete)]
+
+
+def complete_nudge_target(ctx: typer.Context, incomplete: str) -> list[str]:
+    """`drover nudge`'s first word: a HOST:ID, or `run`."""
+    return (["run"] if "run".startswith(incomplete) else []) + complete_target(ctx, incomplete)

@@ -21,6 +21,7 @@ from drover.cli.app import (
     fleet_app,
     run,
 )
+from drover.cli.completion import complete_hosts
 
 
 @fleet_app.command("show", epilog=examples("drover fleet show --json"))
@@ -101,7 +102,7 @@ def add(
 
 @fleet_app.command("remove", epilog=examples("drover fleet remove box-a"))
 def remove(
-    name: Annotated[str, typer.Argument(help="the host to remove")],
+    name: Annotated[str, typer.Argument(help="the host to remove", autocompletion=complete_hosts)],
     as_json: JsonOpt = False,
     fleet: FleetOpt = None,
     actor: ActorOpt = None,

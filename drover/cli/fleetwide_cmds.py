@@ -26,6 +26,7 @@ from drover.cli.app import (
     read_text,
     run,
 )
+from drover.cli.completion import complete_engines, complete_hosts
 
 
 # -- broadcast ---------------------------------------------------------------------------------------------------
@@ -39,9 +40,18 @@ def broadcast(
     text: Annotated[str, typer.Argument(help="the message, or - to read it from stdin (after --, a text may start with -)")],
     host: HostsOpt = None,
     tag: TagsOpt = None,
-    engine: Annotated[list[str] | None, typer.Option("--engine", "-e", help="only sessions running this engine")] = None,
-    name: Annotated[list[str] | None, typer.Option("--name", help="only sessions whose name matches this glob")] = None,
-    cwd: Annotated[list[str] | None, typer.Option("--cwd", help="only sessions whose directory matches this glob")] = None,
+    engine: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--engine", "-e", metavar="ENGINE", help="only sessions running this engine (once)", autocompletion=complete_engines
+        ),
+    ] = None,
+    name: Annotated[
+        list[str] | None, typer.Option("--name", metavar="GLOB", help="only sessions whose name matches this glob (once)")
+    ] = None,
+    cwd: Annotated[
+        list[str] | None, typer.Option("--cwd", metavar="GLOB", help="only sessions whose directory matches this glob (once)")
+    ] = None,
     all_: Annotated[bool, typer.Option("--all", help="every agent session of the fleet (needed without a selector)")] = False,
     via: Annotated[str, typer.Option("--via", help=VIA_HELP)] = "auto",
     as_json: JsonOpt = False,
@@ -77,9 +87,13 @@ def _one(option: str, given: list[str] | None) -> str | None:
     if given and len(given) > 1:
         from drover.errors import UsageError
 
+        many = (
+            "one engine per broadcast: broadcast once per engine"
+            if option == "--engine"
+            else "one glob can match many ('worker-*')"
+        )
         raise UsageError(
-            f"{option} given {len(given)} times: give it once",
-            hint="one glob can match many ('worker-*'); --host and --tag are the repeatable selectors",
+            f"{option} given {len(given)} times: give it once", hint=f"{many}; --host and --tag are the repeatable selectors"
         )
     return given[0] if given else None
 
@@ -183,7 +197,10 @@ def board_tables(data: dict[str, Any]) -> None:
 # -- wait-file ---------------------------------------------------------------------------------------------------
 @app.command("wait-file", epilog=examples("drover wait-file box-a /srv/work/status.json --changed --timeout 3600"))
 def wait_file(
-    host_name: Annotated[str, typer.Argument(metavar="HOST", help="the host the file is on (local for this machine)")],
+    host_name: Annotated[
+        str,
+        typer.Argument(metavar="HOST", help="the host the file is on (local for this machine)", autocompletion=complete_hosts),
+    ],
     path: Annotated[str, typer.Argument(help="the file: absolute, ~/..., or relative to the home directory there")],
     changed: Annotated[bool, typer.Option("--changed", help="wait for a change even if the file exists now")] = False,
     exists: Annotated[bool, typer.Option("--exists", help="wait until the file exists (the default)")] = False,

@@ -13,6 +13,7 @@ from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, ap
 from drover.cli.app import target as parse_target
 from drover.cli.commands import TargetArg
 from drover.errors import UsageError
+from drover.remote import protocol as P
 
 
 def _recorded(data: dict[str, Any]) -> None:
@@ -49,7 +50,7 @@ def _chain(data: dict[str, Any]) -> None:
         how = "redirected" if goes.get("redirected") else "not redirected"
         where = f"{goes['host']}:{goes.get('name') or goes['ref']}"
         render.out().print(f"a message to {data['host']}:{data['id']} goes to {where} ({how})")
-    elif rows:
+    elif rows and (data.get("error") or {}).get("code") in (None, P.HANDOFF_BROKEN, P.SESSION_NOT_FOUND):
         render.err().print(f"a message to {data['host']}:{data['id']} would fail: no generation is live", style="yellow")
 
 

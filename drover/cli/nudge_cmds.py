@@ -23,6 +23,7 @@ from drover.cli.app import (
     run,
 )
 from drover.cli.app import target as parse_target
+from drover.cli.completion import complete_engines, complete_nudge_target
 from drover.errors import UsageError
 
 if TYPE_CHECKING:
@@ -34,13 +35,20 @@ RUN = "run"
 @app.command("nudge", epilog=examples("drover nudge box-a:webapp-f8 'carry on with the next item'", "drover nudge run --dry-run"))
 def nudge(
     target: Annotated[
-        str, typer.Argument(help="HOST:ID of the session to nudge; or `run`: send the fleet's [[nudge]] entries that are due")
+        str,
+        typer.Argument(
+            help="HOST:ID of the session to nudge; or `run`: send the fleet's [[nudge]] entries that are due",
+            autocompletion=complete_nudge_target,
+        ),
     ],
     text: Annotated[str | None, typer.Argument(help="the message, or - to read it from stdin")] = None,
     create_if_missing: Annotated[
         bool, typer.Option("--create-if-missing", help="not live: start it (--engine, --cwd), with the text as its brief")
     ] = False,
-    engine: Annotated[str | None, typer.Option("--engine", "-e", help="with --create-if-missing: what to start")] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option("--engine", "-e", help="with --create-if-missing: what to start", autocompletion=complete_engines),
+    ] = None,
     cwd: Annotated[str | None, typer.Option("--cwd", help="with --create-if-missing: where (absolute or ~/...)")] = None,
     name: Annotated[str | None, typer.Option("--name", help="with --create-if-missing: its name (default: ID)")] = None,
     via: Annotated[str, typer.Option("--via", help=VIA_HELP)] = "auto",

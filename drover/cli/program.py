@@ -8,6 +8,7 @@ all, so this module (which the daemon's starter reaches from `drover daemon`) im
 from __future__ import annotations
 
 import functools
+import shlex
 import sys
 import types
 from typing import Any
@@ -73,6 +74,15 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
         state.env = None
 
 
+def _dash_hint(exc: BaseException) -> str:
+    """An unknown "option" that is no option's misspelling -- `send HOST:ID "--force Q7"` -- is most likely a text
+    that starts with '-': say how to give one (click says only "No such option")."""
+    name = getattr(exc, "option_name", None)
+    if type(exc).__name__ != "NoSuchOption" or not isinstance(name, str) or getattr(exc, "possibilities", None):
+        return ""
+    return f"; a text that starts with '-' goes after '--': drover send HOST:ID -- {shlex.quote(name)}"
+
+
 def _run(args: list[str]) -> int:
     env = environment()
     try:
@@ -92,7 +102,7 @@ def _run(args: list[str]) -> int:
         # The help of the command that was mistyped (`drover fleet add --help`), not the top level's.
         ctx = getattr(exc, "ctx", None)
         where = getattr(ctx, "command_path", "") or "drover"
-        render.err().print("drover: " + render.safe(f"{message} (see `{where} --help`)"), style="red")
+        render.err().print("drover: " + render.safe(f"{message} (see `{where} --help`){_dash_hint(exc)}"), style="red")
         return ExitCode.USAGE
     except DroverError as exc:
         if state.debug:

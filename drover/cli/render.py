@@ -228,7 +228,8 @@ def outcome(data: dict[str, Any], expected: bool = False) -> None:
     if data.get("declared_mode") == "bypass":
         out().print(Text("  declared the bypass class: relayed as the owner's own words", style="dim"))
     for c in data.get("candidates") or []:
-        err().print(Text(f"  candidate: {c.get('server', '')}/{c['id']}  {c.get('name', '')}"))
+        where = f"{c['server']}/{c['id']}" if c.get("server") else str(c["id"])  # a Claude record may have no pane
+        err().print(Text(f"  candidate: {where}  {c.get('name') or ''}"))
 
 
 def verified_table(data: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ import typer
 
 from drover.cli import render
 from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, app, common, examples, finish, read_text, run
-from drover.cli.completion import complete_hosts
+from drover.cli.completion import complete_engines, complete_hosts
 
 
 @app.command(
@@ -17,7 +17,12 @@ from drover.cli.completion import complete_hosts
 )
 def spawn(
     host: Annotated[str, typer.Argument(help="the host to start it on", show_default=False, autocompletion=complete_hosts)],
-    engine: Annotated[str, typer.Option("--engine", "-e", help="claude, codex, or one with [spawn.ENGINE] in the fleet")],
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine", "-e", help="claude, codex, or one with [spawn.ENGINE] in the fleet", autocompletion=complete_engines
+        ),
+    ],
     cwd: Annotated[str, typer.Option("--cwd", help="the directory it starts in, on the host (absolute or ~/...)")],
     brief: Annotated[str, typer.Option("--brief", help="its first message, or - to read it from stdin")],
     name: Annotated[str | None, typer.Option("--name", help="its name (default: DIR-ENGINE-xxxx)")] = None,

@@ -27,8 +27,25 @@ class Refused(Exception):
     """Nothing was done: the caller runs the op itself."""
 
 
+def request_text(payload: dict[str, Any]) -> str:
+    """The request as the daemon's `drover op` reads it; Refused unless it reads back exactly as given.
+
+    A direct run hands the op the caller's Python objects (a set, bytes, a huge int, a lone surrogate...), and
+    the op answers each with a document; JSON would fail on some of them here (a raise) or change them on the
+    way (a different answer).  Such a request runs here, so the answer is the same with or without a daemon."""
+    try:
+        text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")  # a lone surrogate cannot travel
+        same = json.loads(text) == payload
+    except (TypeError, ValueError, RecursionError):
+        same = False
+    if not same:
+        raise Refused("the request does not travel as JSON unchanged")
+    return text
+
+
 def argv_of(name: str, payload: dict[str, Any], fleet: str | None, actor: str | None) -> list[str]:
-    argv = ["op", name, json.dumps(payload, ensure_ascii=False)]
+    argv = ["op", name, request_text(payload)]
     if fleet is not None:
         argv += ["--fleet", fleet]  # resolved against the cwd sent along, as a direct run resolves it
     if actor is not None:
@@ -57,6 +74,7 @@ async def _open(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
 
 async def run(name: str, payload: dict[str, Any], fleet: str | None, actor: str | None) -> tuple[dict[str, Any], int]:
     """(the op's document, its exit code) from the daemon; Refused when the caller must run it (nothing was done)."""
+    argv = argv_of(name, payload, fleet, actor)  # before connecting: a request that cannot travel runs here
     env = paths.environment()
     reader, writer = await _open(paths.socket_path(env))
     try:
@@ -67,7 +85,7 @@ async def run(name: str, payload: dict[str, Any], fleet: str | None, actor: str 
         request = {
             "t": "run",
             "v": wire.VERSION,
-            "argv": argv_of(name, payload, fleet, actor),
+            "argv": argv,
             "cwd": cwd,
             "env": env,
             "actor": os.environ.get("DROVER_ACTOR"),

@@ -211,6 +211,8 @@ def parse_payload(name: str, payload: str | dict[str, Any] | None) -> Request:
             ) from None
         except RecursionError:
             raise BadJSON(f"the request for {name} is nested too deeply to be a request") from None
+        except ValueError as exc:  # Python's own limit: an integer of more than 4300 digits
+            raise BadJSON(f"the request for {name} is not a request drover can read: {exc}") from None
     if payload is None:
         payload = {}
     if not isinstance(payload, dict):

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import Field
 
-from drover.errors import DroverError, InvalidRequest, TargetError, UsageError
+from drover.errors import DroverError, ExitCode, InvalidRequest, TargetError, UsageError
 from drover.fleet import LOCAL
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host
@@ -272,17 +272,28 @@ async def sessions_handoff(ctx: Context, req: HandoffRequest) -> Result:
 async def sessions_chain(ctx: Context, req: ChainRequest) -> Result:
     chain = chain_from(ctx, req.host, req.id)
     rows = []
+    # A host that did not answer leaves the chain unknown there: the answer says so and fails, as every command
+    # fails a host it could not ask (the rows alone would read as "no generation is live").
+    unasked: list[DroverError] = []
     for g in chain:
         try:
             _resolved, why = await _alive(ctx, g)
         except DroverError as exc:
             why = f"cannot tell: {exc.message}"
+            unasked.append(exc)
         rows.append({**g.to_dict(), "live": why == "live", "state": why})
+    errors = [{"code": e.code, "message": e.message, "host": e.host} for e in unasked]
+    exit_code = unasked[0].exit_code if unasked else ExitCode.OK
     # Where a message to this name would go now, found exactly as a send finds it.
     where = await address(ctx, req.host, req.id)
     goes_to: dict[str, Any] | None = None
     if where.answer is not None:
         goes_to = {**_side(where.host, req.id, where.answer), "redirected": bool(where.redirect)}
     elif where.error is not None:
-        return Result({"host": req.host, "id": req.id, "chain": rows, "delivers_to": None, "error": where.error.to_dict()})
-    return Result({"host": req.host, "id": req.id, "chain": rows, "delivers_to": goes_to})
+        data = {"host": req.host, "id": req.id, "chain": rows, "delivers_to": None, "error": where.error.to_dict()}
+        if where.error.code not in (P.HANDOFF_BROKEN, P.SESSION_NOT_FOUND):  # not an answer: a host that gave none
+            if not any(e["host"] == where.error.host for e in errors):
+                errors.append({"code": where.error.code, "message": where.error.message, "host": where.error.host})
+            exit_code = exit_code or where.error.exit_code
+        return Result(data, errors, exit_code)
+    return Result({"host": req.host, "id": req.id, "chain": rows, "delivers_to": goes_to}, errors, exit_code)

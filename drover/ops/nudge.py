@@ -231,6 +231,13 @@ async def nudge(ctx: Context, req: NudgeRequest) -> Result:
             "--create-if-missing needs --engine and --cwd: what to start, and where, if the session is not live",
             hint="e.g. drover nudge box-a:webapp 'status?' --create-if-missing --engine claude --cwd ~/webapp",
         )
+    if req.create_if_missing:
+        from drover.ops.spawn import template_for
+
+        # An engine drover cannot start is a usage error before anything is looked at or recorded: not a
+        # refusal that depends on whether the directory happens to be shared.
+        assert req.engine
+        template_for(ctx, req.engine)
     if req.create_if_missing and not req.name and not NAME.match(req.id):
         raise InvalidRequest(
             f"--create-if-missing needs --name here: {req.id!r} cannot name a new session, so the next nudge to it "

@@ -10,6 +10,7 @@ reported as waiting and gets no brief; a person answers it, and `drover send` ca
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import time
@@ -27,6 +28,7 @@ from drover.ops.outcome import exit_code_for
 from drover.ops.send import MessageRequest, sessions_message
 from drover.record import ReadStats, now_iso
 from drover.remote import protocol as P
+from drover.remote.profiles import BUILTIN_PROFILES
 
 # The engines drover can start with no [spawn.ENGINE] table: their own commands, found on the host's PATH.
 DEFAULT_TEMPLATES = {"claude": "claude --name {name}", "codex": "codex"}
@@ -60,16 +62,27 @@ def default_name(cwd: str, engine: str) -> str:
 
 
 def template_for(ctx: Context, engine: str) -> SpawnEngine:
+    """How to start `engine`; an engine drover could not start or would not know once started is refused here,
+    before anything is recorded: it needs a command (a [spawn] table or a built-in one) and a profile (built in or
+    an [engines] table) -- the host refuses one without a profile, after the spawn was recorded."""
+    profiled = {*BUILTIN_PROFILES, *ctx.fleet.engines} - {"unknown"}
     spec = ctx.fleet.spawn.get(engine)
-    if spec is not None:
+    if spec is None and engine in DEFAULT_TEMPLATES:
+        spec = SpawnEngine(command=DEFAULT_TEMPLATES[engine])
+    if spec is not None and engine in profiled:
         return spec
-    if engine in DEFAULT_TEMPLATES:
-        return SpawnEngine(command=DEFAULT_TEMPLATES[engine])
-    known = ", ".join(sorted({*DEFAULT_TEMPLATES, *ctx.fleet.spawn}))
+    startable = sorted(e for e in {*DEFAULT_TEMPLATES, *ctx.fleet.spawn} if e in profiled)
+    close = difflib.get_close_matches(engine, startable, n=1)
+    typo = f"did you mean {close[0]!r}? " if close else ""
+    needs = [] if spec is not None else [f'[spawn.{engine}] command = "..."']
+    needs += [] if engine in profiled else [f'[engines.{engine}] commands = ["..."]']
+    added = " and ".join(needs)
     raise InvalidRequest(
-        f"drover does not know how to start engine {engine!r}",
+        f"drover does not know how to start engine {engine!r}"
+        + ("" if spec is None else f": [spawn.{engine}] says how to start it, but no [engines.{engine}] says how to know it"),
         code=P.UNKNOWN_ENGINE,
-        hint=f'engines it can start: {known}; add [spawn.{engine}] command = "..." to the fleet for another',
+        hint=f"{typo}engines it can start: {', '.join(startable)}; for another, add {added} to the fleet "
+        "(its profile names the program and says how its screen reads its input box and idle state)",
     )
 
 
@@ -128,6 +141,19 @@ def _brief_fits(
     )
 
 
+def _bounds(ctx: Context, host: str, ready_timeout_s: float) -> tuple[float, float]:
+    """(how long the host waits for the session to get ready, the bound of the whole request).
+
+    The host does the waiting, so the request must outlive it: by default it is given the wait plus the
+    host's request_timeout.  A command's --timeout bounds the whole request instead, as it bounds every other
+    request: the wait is cut to leave the host time to answer within it (a host that never answers is then
+    reported after --timeout, not after ready_timeout_s more)."""
+    if ctx.timeout_s is None:
+        return ready_timeout_s, ready_timeout_s + ctx.timeout(host)
+    ready_s = min(ready_timeout_s, max(ctx.timeout_s - 1.0, ctx.timeout_s / 2))
+    return ready_s, ctx.timeout_s
+
+
 async def spawn_session(
     ctx: Context,
     *,
@@ -171,6 +197,7 @@ async def spawn_session(
         _event("spawn_requested", spawn_id, host=host, engine=engine, cwd=cwd, name=name, actor=actor, parent=parent)
     )
     _brief_fits(ctx, spawn_id, host, engine, cwd, name, brief, actor, parent_msg)
+    ready_s, bound = _bounds(ctx, host, spec.ready_timeout_s)
     args = {
         "engine": engine,
         "cwd": cwd,
@@ -179,17 +206,21 @@ async def spawn_session(
         "server": cfg.spawn_server or "default",
         "trusted": cfg.trusted,
         "trust_file": spec.trust_file,
-        "timeout_s": spec.ready_timeout_s,
+        "timeout_s": ready_s,
         "ready": spec.ready if spec.ready is not None else DEFAULT_READY.get(engine),
         "alone": alone,
     }
     try:
-        # The host does the waiting; the request only needs to outlive it.
-        data = await call_host(ctx, host, "spawn", args, timeout=spec.ready_timeout_s + ctx.timeout(host))
+        data = await call_host(ctx, host, "spawn", args, timeout=bound)
     except DroverError as exc:
         if exc.code == P.SPAWN_TIMEOUT:
             exc.exit_code = ExitCode.TIMEOUT  # a helper error of the timeout class: `drover wait`'s exit code
-            exc.hint = "it is left running: `drover status` shows it; raise [spawn.ENGINE] ready_timeout_s if it is slow"
+            slower = (
+                f"give a longer --timeout (its wait was cut to {ready_s:g}s to fit --timeout {ctx.timeout_s:g})"
+                if ready_s < spec.ready_timeout_s
+                else "raise [spawn.ENGINE] ready_timeout_s"
+            )
+            exc.hint = f"it is left running: `drover status` shows it; {slower} if it is slow"
         ctx.truth.append(_event("spawn_failed", spawn_id, host=host, code=exc.code, message=exc.message, **exc.details))
         raise
     result: dict[str, Any] = {

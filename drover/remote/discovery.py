@@ -165,9 +165,12 @@ def resolve(target: str, sessions: List[Session]) -> Session:
             hits[0]["_matched"] = MATCHED[tier]
             return hits[0]
         if hits:
+            # Two tmux servers each with a %0: only server/%0 tells them apart, so that is how they are shown.
+            servers = len(set(s.get("server") for s in hits)) > 1
+            shown = [("%s/%s" % (s["server"], brief(s)) if servers and s.get("server") else brief(s)) for s in hits[:10]]
             raise HelperError(
                 AMBIGUOUS_SESSION,
-                "%r %s %d sessions: %s" % (target, how, len(hits), ", ".join(brief(s) for s in hits[:10])),
+                "%r %s %d sessions: %s" % (target, how, len(hits), ", ".join(shown)),
                 candidates=[{"id": s["id"], "server": s["server"], "name": s["name"]} for s in hits],
                 matched=MATCHED[tier],  # "prefix": no session bears that name (a handoff chain may start there)
             )

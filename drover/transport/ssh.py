@@ -82,6 +82,9 @@ class SSHTransport:
         self.busy = 0
         self.connects = 0
         self.retiring = False
+        # Why drover itself dropped the connection, if it did: a request on it then ends without an exit status,
+        # and "the helper died" would blame the host for what drover did.
+        self._dropped: tuple[Any, str] | None = None  # (that connection, why)
 
     @property
     def connected(self) -> bool:
@@ -223,8 +226,8 @@ class SSHTransport:
         stdout, stderr = result.stdout, result.stderr.decode("utf-8", "replace").strip()
         answer, noise = read_answer(stdout)
         if answer is None:
-            raise self._no_answer(op, result.status, result.signalled, stdout, stderr)
-        return self._data(answer, noise)
+            raise self._no_answer(op, result.status, result.signalled, stdout, stderr, conn)
+        return await self._data(answer, noise)
 
     def _command(self) -> str:
         try:
@@ -290,7 +293,7 @@ class SSHTransport:
             assert helper is not None
             ran = await helper.ended()
             stderr = ran.stderr.decode("utf-8", "replace").strip()
-            raise self._no_answer(op, ran.status, ran.signalled, ran.stdout, stderr) from None
+            raise self._no_answer(op, ran.status, ran.signalled, ran.stdout, stderr, conn) from None
         except (asyncssh.Error, OSError) as exc:
             if self._conn is conn:
                 self._conn = None
@@ -300,12 +303,14 @@ class SSHTransport:
         finally:
             if helper is not None and not kept:
                 helper.close()  # cancelled or failed mid-request: its next answer would belong to nobody
-        return self._data(answer, noise)
+        return await self._data(answer, noise)
 
-    def _data(self, answer: dict[str, Any], noise: bytes) -> Any:
+    async def _data(self, answer: dict[str, Any], noise: bytes) -> Any:
         """The helper's data from its answer, checked; a noisy login shell becomes a warning (not a banner_ok one)."""
-        if noise and not banner.accepted(noise, self.cfg.banner_ok):
-            self.warnings.append(banner.warning(self.host, noise))
+        if noise:
+            accepted = await banner.judge(noise, self.cfg.banner_ok)
+            if not accepted:
+                self.warnings.append(banner.warning(self.host, noise, slow=accepted is None))
         if answer.get("helper") != P.PROTOCOL:
             raise TransportError(
                 f"the helper speaks protocol {answer.get('helper')!r}, drover needs {P.PROTOCOL}",
@@ -323,7 +328,7 @@ class SSHTransport:
             raise from_helper(answer.get("error") or {}, self.host)
         return answer.get("data")
 
-    def _no_answer(self, op: str, status: int | None, signal: bool, stdout: bytes, stderr: str) -> DroverError:
+    def _no_answer(self, op: str, status: int | None, signal: bool, stdout: bytes, stderr: str, conn: Any = None) -> DroverError:
         """Why there is no answer: each step that can fail before the helper speaks, named."""
         python = self.cfg.python
         last = stderr.splitlines()[-1] if stderr else ""
@@ -340,6 +345,13 @@ class SSHTransport:
         if status == P.EXIT_TOO_OLD:
             need = ".".join(map(str, P.MIN_PYTHON))
             return TransportError(f"{python} on the host is older than {need}", host=self.host, code=P.PYTHON_TOO_OLD)
+        if status is None and not signal and not last and conn is not None and self._dropped and self._dropped[0] is conn:
+            return TransportError(
+                f"drover closed the connection while {op} waited for its answer ({self._dropped[1]}): whether it ran "
+                "on the host is not known",
+                host=self.host,
+                code=P.CONNECTION_LOST,
+            )
         if status is None or signal:
             self._conn = None if status is None else self._conn
             detail = last or f"exit status {status}" + (", killed by a signal" if signal else "")
@@ -399,6 +411,7 @@ class SSHTransport:
     def abort(self) -> None:
         """Drop the connection at once: a host that stopped answering would never finish a polite close."""
         if self._conn is not None:
+            self._dropped = (self._conn, "another request to this host ran out of time")
             self._conn.abort()
             self._conn = None
         self._idle = []
@@ -416,6 +429,7 @@ class SSHTransport:
             helper.close()
         self._idle = []
         if self._conn is not None:
+            self._dropped = (self._conn, "the client was closed")
             self._conn.close()
             try:
                 await bounded(self._conn.wait_closed(), 2)
