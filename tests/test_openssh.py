@@ -127,9 +127,10 @@ def test_both_transports_give_the_same_answers(sshfleet: SSHFleet, isolated: Pat
     rows = json.loads(runs[-1].out)["data"]["hosts"]
     assert [(r["transport"], r["master"]) for r in rows] == [("openssh", "down")] * 3
     template = str(sshfleet.client_home / ".ssh" / "drover-%C")
-    assert rows[0]["connect"].startswith("ssh -F ") and rows[0]["connect"].endswith(
-        f" -M -o ControlPersist=8h -o ControlPath={template} h1 true"
-    )
+    # The printed command is exactly what `drover connect` runs: BatchMode=no over the config's `BatchMode yes`.
+    words = shlex.split(rows[0]["connect"])
+    assert words[:2] == ["ssh", "-F"] and words[-2:] == ["h1", "true"], words
+    assert {"-M", "ControlPersist=8h", "BatchMode=no", f"ControlPath={template}", "RemoteCommand=none"} <= set(words)
     assert re.fullmatch(re.escape(template).replace("%C", "[0-9a-f]{40}"), rows[0]["control_path"]), rows[0]
     sent = answers["openssh"][2]
     assert sent["outcome"] == "delivered" and sent["host"] == "h2"
@@ -372,7 +373,7 @@ def test_drover_connect_refuses_what_has_no_master_to_open(sshfleet: SSHFleet, c
     assert cli("connect", "local").code == 2
     use_openssh(sshfleet, "h1")
     printed = cli("connect", "h1", "--print")
-    assert printed.code == 0 and printed.out.strip().endswith(
-        " -M -o ControlPersist=8h -o ControlPath=" + str(sshfleet.client_home / ".ssh" / "drover-%C") + " h1 true"
-    ), printed
+    words = shlex.split(printed.out.strip())
+    assert printed.code == 0 and words[-2:] == ["h1", "true"], printed
+    assert "ControlPath=" + str(sshfleet.client_home / ".ssh" / "drover-%C") in words and "BatchMode=no" in words
     assert ssh(sshfleet, "-o", f"ControlPath={control_path(sshfleet, 'h1')}", "-O", "check", "h1").returncode != 0
