@@ -15,6 +15,7 @@ from typing import Any
 
 from tests.conftest import ROOT, wait_for
 from tests.support.sshfleet import SSHFleet
+from tests.test_daemon import persistent, running  # noqa: F401 - persistent is a fixture used here
 from tests.test_openssh import (
     HARD_BOUND_S,
     _processes_with,
@@ -218,5 +219,23 @@ def test_killing_drover_ends_its_ssh(sshfleet: SSHFleet) -> None:
                 proc.kill()
             wait_for(lambda: not _processes_with(path), timeout=10, what=f"drover's ssh gone after {sig.name}")
             assert "never retrieved" not in err and "HelperGone" not in err, err
+    finally:
+        close_master(sshfleet, "h1", pid)
+
+
+def test_the_daemons_bound_is_the_commands_timeout(sshfleet: SSHFleet, persistent: Path) -> None:  # noqa: F811
+    """Through the daemon, `--timeout 2` bounds the request as in direct mode -- not 2 s plus the fleet's
+    connect_timeout (5 s here) -- also when the master it rides stopped answering."""
+    use_openssh(sshfleet, "h1")
+    pid = open_master(sshfleet, "h1")
+    try:
+        assert drover(sshfleet, "ls", "--host", "h1")[0] == 0  # runs directly and starts the daemon
+        running()
+        assert drover(sshfleet, "ls", "--host", "h1")[0] == 0  # through the daemon: a helper kept on the master
+        os.kill(pid, signal.SIGSTOP)
+        for op in (("ls", "--host", "h1"), ("status", "h1:nobody")):
+            _code, doc, err = drover(sshfleet, *op, "--timeout", "2")
+            error = doc["errors"][0]
+            assert error["code"] == "timeout" and "within 2s" in error["message"], (op, error, err)
     finally:
         close_master(sshfleet, "h1", pid)

@@ -216,8 +216,10 @@ class OpenSSHTransport(SSHTransport):
     async def _ask_helper(self, op: str, args: dict[str, Any], timeout: float) -> Any:
         """Persistent mode, as SSHTransport's: one ssh process per helper, bounded, never a request sent twice."""
         assert self._slots is not None
-        # A helper that must be started first also has its connect to make (through the master: quick).
-        full = timeout if any(p.alive() for p in self._procs) else timeout + self.connect_timeout
+        # As over asyncssh, a persistent request's bound includes its connecting (a helper started first connects
+        # through the master: quick): the command's --timeout is the whole bound, as it is in direct mode's two
+        # parts -- the daemon's transport, shared by every request, knows the fleet's connect_timeout only.
+        full = timeout
         argv, bound = await self._argv(full)
         request = self._request(op, args)
         holder: list[SSHProcess] = []
