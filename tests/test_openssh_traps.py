@@ -239,3 +239,29 @@ def test_the_daemons_bound_is_the_commands_timeout(sshfleet: SSHFleet, persisten
             assert error["code"] == "timeout" and "within 2s" in error["message"], (op, error, err)
     finally:
         close_master(sshfleet, "h1", pid)
+
+
+def test_host_key_failures_say_what_asyncssh_says(sshfleet: SSHFleet) -> None:
+    """An unknown key and a changed one, over openssh: the same codes as over asyncssh, with how to check and trust
+    the key (ssh-keyscan, accept_new) -- and for a changed key, the fingerprint it now presents."""
+    from drover.transport.host_keys import drover_known_hosts
+
+    unknown, changed = sshfleet.spare
+    entry = 'ssh = "{addr}"\nport = {port}\nuser = "{user}"\nidentity = "{key}"\n'
+    common = {"port": sshfleet.port, "user": sshfleet.user, "key": sshfleet.client_key}
+    extra = f"[hosts.unk]\n{entry.format(addr=unknown, **common)}[hosts.chg]\n{entry.format(addr=changed, **common)}"
+    other = "AAAAC3NzaC1lZDI1NTE5AAAAIIKuR6FjjvP1ma1gyJPFGVZaKYKMY1IbzwxKLpxgkTpW"  # a key the host does not have
+    drover_known_hosts().parent.mkdir(parents=True, exist_ok=True)
+    drover_known_hosts().write_text(f"[{changed}]:{sshfleet.port} ssh-ed25519 {other}\n")
+    rows = {}
+    for transport in ("asyncssh", "openssh"):
+        use_openssh(sshfleet, extra=extra.replace("\n[", f'\ntransport = "{transport}"\n[') + f'transport = "{transport}"\n')
+        _code, doc, _err = drover(sshfleet, "fleet", "check", "--host", "unk,chg")
+        rows[transport] = {r["host"]: r["error"] for r in doc["data"]["hosts"]}
+    for transport, errors in rows.items():
+        assert errors["unk"]["code"] == "unknown_host_key", (transport, errors)
+        assert f"ssh-keyscan -p {sshfleet.port} {unknown}" in errors["unk"]["hint"], (transport, errors)
+        assert "accept_new" in errors["unk"]["hint"], (transport, errors)
+        assert errors["chg"]["code"] == "host_key_changed", (transport, errors)
+        assert "ssh-keygen -R" in errors["chg"]["hint"], (transport, errors)
+    assert rows["openssh"]["chg"]["fingerprint"] == rows["asyncssh"]["chg"]["fingerprint"], rows

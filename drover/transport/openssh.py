@@ -32,6 +32,7 @@ from drover.transport.openssh_config import (
     OpenSSHCommand,
     classify,
     die_with_drover,
+    host_key_error,
     ssh_env,
     ssh_failed_itself,
 )
@@ -277,6 +278,8 @@ class OpenSSHTransport(SSHTransport):
             last = stderr.splitlines()[-1] if stderr else "no message"
             if code == P.AUTH_FAILED:
                 return self.no_master(last)
+            if code in (P.UNKNOWN_HOST_KEY, P.HOST_KEY_CHANGED):
+                return host_key_error(self.host, code, stderr, self.ssh.resolved())
             if code is not None:
                 return TransportError(f"ssh to {self.ssh.target} failed: {last}", host=self.host, code=code)
             return TransportError(
@@ -301,7 +304,10 @@ class OpenSSHTransport(SSHTransport):
         for proc in procs:
             await proc.reap()
         said = f"no answer to {op} through ssh within {seconds:g}s (the request may still complete there)"
-        state = await master_state(self.ssh, 2)
+        try:
+            state = await master_state(self.ssh, 2)
+        except DroverError:  # ssh -G cannot say which socket: nothing to blame on a master
+            state = None
         if state == HUNG:
             return TransportError(
                 f"{said}: the master at {self.ssh.control_socket()} accepts connections but does not answer "

@@ -243,12 +243,13 @@ class OpenSSHCommand:
         assert self._control is not None
         return self._control
 
-    def control_socket(self) -> str:
-        """That ControlPath as ssh expands it: the socket's file."""
+    def control_socket(self, seconds: float = CONFIG_TIMEOUT) -> str:
+        """That ControlPath as ssh expands it: the socket's file (asked of ssh within `seconds`)."""
+        self.resolved(seconds)
         control = self.control_path()
         if self._socket is None:
             # ssh expands %C (a hash of the endpoints) itself: asked, it says which socket that is.
-            self._socket = self._ssh_g(option("ControlPath", control)).get("controlpath", control)
+            self._socket = self._ssh_g(option("ControlPath", control), seconds).get("controlpath", control)
         return self._socket
 
     def _control_option(self) -> list[str]:
@@ -334,3 +335,34 @@ def classify(stderr: str) -> str | None:
         if pattern.search(stderr):
             return code
     return None
+
+
+def host_key_error(name: str, code: str, stderr: str, resolved: dict[str, str]) -> TransportError:
+    """ssh's host-key failure said as over asyncssh: where, the fingerprint when ssh printed one (a changed key's
+    warning does; BatchMode's "No ... host key is known" does not), and how to trust or replace the key."""
+    found = re.search(r"host key is known for (\S+)|Host key for (\S+) has changed", stderr)
+    # BatchMode with StrictHostKeyChecking ask says only "Host key verification failed.": ssh -G says where to.
+    host, port = resolved.get("hostname", name), resolved.get("port", "22")
+    where = (found.group(1) or found.group(2)) if found else host if port == "22" else f"[{host}]:{port}"
+    printed = re.search(r"SHA256:[A-Za-z0-9+/=]+", stderr)
+    fingerprint = printed.group(0) if printed else None
+    details = {"fingerprint": fingerprint} if fingerprint else None
+    if code == P.HOST_KEY_CHANGED:
+        return TransportError(
+            f"HOST KEY CHANGED for {where}: it now presents {fingerprint or 'another key'}, which is not the key in "
+            "known_hosts. This may be an attack; drover will not connect",
+            host=name,
+            code=code,
+            hint=f"if the host was reinstalled, remove the old key with `ssh-keygen -R '{where}'` and check the new one",
+            details=details,
+        )
+    bracketed = re.fullmatch(r"\[([^\]]+)\]:(\d+)", where)
+    scan = f"ssh-keyscan -p {bracketed.group(2)} {bracketed.group(1)}" if bracketed else f"ssh-keyscan {where}"
+    return TransportError(
+        f"unknown host key for {where}" + (f": {fingerprint}" if fingerprint else ""),
+        host=name,
+        code=code,
+        hint=f"check its fingerprint (`{scan} | ssh-keygen -lf -`) and if it is the host's, trust it with "
+        f"`{scan} >> ~/.ssh/known_hosts`, or set accept_new = true under [hosts.{name}] in fleet.toml",
+        details=details,
+    )

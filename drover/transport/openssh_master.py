@@ -34,7 +34,8 @@ def master_fix(ssh: OpenSSHCommand) -> str:
 async def master_state(ssh: OpenSSHCommand, seconds: float) -> str:
     """`up`, `down` (no socket), `stale` (a socket nobody listens on: a master that died) or `not answering` (a
     master that accepts and never replies -- stopped, or wedged -- which would hold every call to its bound)."""
-    path = ssh.control_socket()
+    # ssh -G (which runs the user's Match exec programs) off the loop and within the bound.
+    path = await asyncio.to_thread(ssh.control_socket, seconds)
     try:
         if not stat.S_ISSOCK(os.stat(path).st_mode):
             return STALE
