@@ -127,9 +127,10 @@ def test_both_transports_give_the_same_answers(sshfleet: SSHFleet, isolated: Pat
     rows = json.loads(runs[-1].out)["data"]["hosts"]
     assert [(r["transport"], r["master"]) for r in rows] == [("openssh", "down")] * 3
     template = str(sshfleet.client_home / ".ssh" / "drover-%C")
-    assert rows[0]["connect"].startswith("ssh -F ") and rows[0]["connect"].endswith(
-        f" -M -o ControlPersist=8h -o ControlPath={template} h1 true"
-    )
+    # The printed command is exactly what `drover connect` runs: BatchMode=no over the config's `BatchMode yes`.
+    words = shlex.split(rows[0]["connect"])
+    assert words[:2] == ["ssh", "-F"] and words[-2:] == ["h1", "true"], words
+    assert {"-M", "ControlPersist=8h", "BatchMode=no", f"ControlPath={template}", "RemoteCommand=none"} <= set(words)
     assert re.fullmatch(re.escape(template).replace("%C", "[0-9a-f]{40}"), rows[0]["control_path"]), rows[0]
     sent = answers["openssh"][2]
     assert sent["outcome"] == "delivered" and sent["host"] == "h2"
@@ -159,12 +160,16 @@ def test_a_master_that_never_answers_is_bounded_and_named(sshfleet: SSHFleet) ->
         assert code != 0, doc
         error = doc["errors"][0]
         assert error["code"] == "timeout" and "master" in error["message"], error
+        # `drover connect` refuses to open another while this one holds the socket: the hint says to end it.
+        assert "kill its `ssh -M` process" in error["hint"], error
         # Every ssh drover started is gone (its process group killed at the bound): none is left on the socket.
         path = control_path(sshfleet, "h1")
         assert not _processes_with(path), "an ssh of drover's outlived its bound"
         code, doc, _err = drover(sshfleet, "fleet", "check", "--host", "h1")
         row = doc["data"]["hosts"][0]
         assert row["master"] == "not answering" and "drover connect" not in row.get("connect", "x")
+        human = drover_plain(sshfleet, "fleet", "check", "--host", "h1")[2]
+        assert "does not answer" in human and "kill its `ssh -M` process" in human, human
     finally:
         close_master(sshfleet, "h1", pid)
 
@@ -372,7 +377,7 @@ def test_drover_connect_refuses_what_has_no_master_to_open(sshfleet: SSHFleet, c
     assert cli("connect", "local").code == 2
     use_openssh(sshfleet, "h1")
     printed = cli("connect", "h1", "--print")
-    assert printed.code == 0 and printed.out.strip().endswith(
-        " -M -o ControlPersist=8h -o ControlPath=" + str(sshfleet.client_home / ".ssh" / "drover-%C") + " h1 true"
-    ), printed
+    words = shlex.split(printed.out.strip())
+    assert printed.code == 0 and words[-2:] == ["h1", "true"], printed
+    assert "ControlPath=" + str(sshfleet.client_home / ".ssh" / "drover-%C") in words and "BatchMode=no" in words
     assert ssh(sshfleet, "-o", f"ControlPath={control_path(sshfleet, 'h1')}", "-O", "check", "h1").returncode != 0

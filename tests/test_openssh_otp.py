@@ -10,6 +10,7 @@ import json
 import os
 import pty
 import select
+import shlex
 import subprocess
 import sys
 import time
@@ -89,12 +90,14 @@ def drover(*args: str) -> tuple[int, Any, str]:
     return proc.returncode, out, proc.stderr
 
 
-def connect_at_a_terminal(fleet: SSHFleet, code: str = "424242") -> bytes:
-    """`drover connect h1` on a pseudo-terminal: the code typed when asked, once.  What the terminal showed."""
+def connect_at_a_terminal(fleet: SSHFleet, code: str = "424242", argv: list[str] | None = None) -> bytes:
+    """`drover connect h1` (or `argv`) on a pseudo-terminal: the code typed when asked, once.  What the terminal
+    showed."""
+    argv = argv or [sys.executable, "-m", "drover", "connect", "h1"]
     pid, fd = pty.fork()
     if pid == 0:  # the child: exec at once
         os.chdir(str(ROOT))
-        os.execv(sys.executable, [sys.executable, "-m", "drover", "connect", "h1"])
+        os.execvp(argv[0], argv)
     shown, typed = b"", False
     deadline = time.monotonic() + HARD_BOUND_S
     try:
@@ -138,10 +141,25 @@ def test_fleet_check_explains_the_second_factor_and_what_opens_the_master(otp: S
     code, doc, _err = drover("fleet", "check", "--json")
     row = next(r for r in doc["data"]["hosts"] if r["host"] == "h1")
     assert row["error"]["code"] == "no_master" and row["master"] == "down", row
-    assert row["connect"].endswith(f"-M -o ControlPersist=8h -o ControlPath={control_path(otp)} h1 true"), row
+    words = shlex.split(row["connect"])
+    assert words[-2:] == ["h1", "true"] and f"ControlPath={control_path(otp)}" in words and "-M" in words, row
     human = drover("fleet", "check")[2]
     assert "drover connect h1" in human and "ssh " in human
     assert otp.otp_attempts() == before  # nobody was asked for a code
+
+
+def test_the_connect_command_fleet_check_prints_opens_the_master(otp: SSHFleet) -> None:
+    """The "opens it" line, pasted at a terminal, is what `drover connect` runs: the client config's `BatchMode yes`
+    (the fleet's has it) would otherwise refuse the code's prompt -- "Permission denied (keyboard-interactive)"."""
+    assert "BatchMode yes" in (otp.client_home / ".ssh" / "config").read_text()
+    _code, doc, _err = drover("fleet", "check", "--json")
+    line = next(r for r in doc["data"]["hosts"] if r["host"] == "h1")["connect"]
+    before = len(otp.otp_attempts())
+    connect_at_a_terminal(otp, argv=shlex.split(line))
+    assert len(otp.otp_attempts()) == before + 1
+    assert master(otp, "-O", "check").returncode == 0
+    code, _doc, err = drover("ls", "--host", "h1")
+    assert code == 0, err
 
 
 def test_one_master_carries_every_command_with_no_prompt(otp: SSHFleet, isolated: Path) -> None:

@@ -375,6 +375,14 @@ def _master_line(row: dict[str, Any]) -> None:
         out().print(Text(f"{host}: OpenSSH master up ({row.get('control_path')})"))
     elif state is None:
         err().print(Text(f"{host}: OpenSSH master unknown: {row.get('master_error')}"), style="yellow")
+    elif state == "not answering":  # `drover connect` refuses to open another while this one holds the socket
+        err().print(
+            Text(
+                f"{host}: the OpenSSH master at {row.get('control_path')} accepts but does not answer (stopped or "
+                f"wedged): kill its `ssh -M` process (`ssh -O exit` cannot reach it), then `drover connect {host}`"
+            ),
+            style="yellow",
+        )
     elif row.get("ok"):  # the login worked without one (a key, a Kerberos ticket): a master would only be faster
         out().print(Text(f"{host}: no OpenSSH master ({state}); logins work without one; `drover connect {host}` opens one"))
     else:

@@ -24,7 +24,12 @@ async def bounded(work: Awaitable[T], seconds: float, on_timeout: Callable[[], N
     for the cancelled work to finish cleaning up (closing a channel to a host that stopped answering never does).
     `on_timeout` (aborting the connection) runs first, so the abandoned work ends soon on its own."""
     task = asyncio.ensure_future(work)
-    done, _pending = await asyncio.wait({task}, timeout=seconds)
+    try:
+        done, _pending = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:  # the caller is gone (Ctrl-C): so is the work, and nobody reads its failure
+        task.cancel()
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        raise
     if task in done:
         return task.result()
     if on_timeout is not None:

@@ -28,7 +28,15 @@ from drover.fleet import Defaults, HostConfig
 from drover.remote import protocol as P
 from drover.transport import bundle
 from drover.transport.helper_channel import HelperGone, bounded, take_answer
-from drover.transport.openssh_config import OpenSSHCommand, classify
+from drover.transport.openssh_config import (
+    OpenSSHCommand,
+    classify,
+    die_with_drover,
+    host_key_error,
+    ssh_env,
+    ssh_failed_itself,
+)
+from drover.transport.openssh_master import HUNG, UP, master_fix, master_state
 from drover.transport.ssh import SSHTransport
 
 
@@ -50,6 +58,8 @@ class SSHProcess:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=errfile,
                 start_new_session=True,  # its own group: the bound kills it and whatever it started
+                env=ssh_env(),
+                preexec_fn=die_with_drover,
             )
         except BaseException:
             errfile.close()
@@ -146,11 +156,14 @@ class OpenSSHTransport(SSHTransport):
     def idle_helpers(self) -> int:
         return len(self._procs)
 
-    async def _argv(self) -> list[str]:
+    async def _argv(self, seconds: float) -> tuple[list[str], float]:
+        """The call's argv, and what is left of its `seconds` after reading the user's config for it."""
         command = self._command()
-        # `ssh -G` runs once per transport, off the loop: the daemon's loop serves other hosts meanwhile.
-        await asyncio.to_thread(self.ssh.resolved)
-        return self.ssh.call(command)
+        # `ssh -G` runs once per transport, off the loop (the daemon's loop serves other hosts meanwhile), within
+        # the call's own bound: a `Match exec` runs the user's program, however slow.
+        started = time.monotonic()
+        await asyncio.to_thread(self.ssh.resolved, seconds)
+        return self.ssh.call(command), max(0.5, seconds - (time.monotonic() - started))
 
     def _request(self, op: str, args: dict[str, Any]) -> bytes:
         return json.dumps({"helper": P.PROTOCOL, "op": op, "args": args, "profiles": self.profiles}).encode() + b"\n"
@@ -174,7 +187,7 @@ class OpenSSHTransport(SSHTransport):
     async def call(self, op: str, args: dict[str, Any], *, timeout: float) -> Any:
         if self.helpers:
             return await self._ask_helper(op, args, timeout)
-        argv = await self._argv()
+        argv, bound = await self._argv(self.connect_timeout + timeout)
         request = self._request(op, args)
         procs: list[SSHProcess] = []
 
@@ -186,9 +199,9 @@ class OpenSSHTransport(SSHTransport):
 
         try:
             # The connect happens inside the process: its bound is added to the request's.
-            answer, noise = await bounded(work(), self.connect_timeout + timeout, on_timeout=lambda: self._kill_all(procs))
+            answer, noise = await bounded(work(), bound, on_timeout=lambda: self._kill_all(procs))
         except TimeoutError:
-            raise self._timed_out(op, self.connect_timeout + timeout) from None
+            raise await self._timed_out(op, self.connect_timeout + timeout, procs) from None
         except HelperGone:
             raise await self._gone(op, procs[0]) from None
         finally:
@@ -204,7 +217,11 @@ class OpenSSHTransport(SSHTransport):
     async def _ask_helper(self, op: str, args: dict[str, Any], timeout: float) -> Any:
         """Persistent mode, as SSHTransport's: one ssh process per helper, bounded, never a request sent twice."""
         assert self._slots is not None
-        argv = await self._argv()
+        # As over asyncssh, a persistent request's bound includes its connecting (a helper started first connects
+        # through the master: quick): the command's --timeout is the whole bound, as it is in direct mode's two
+        # parts -- the daemon's transport, shared by every request, knows the fleet's connect_timeout only.
+        full = timeout
+        argv, bound = await self._argv(full)
         request = self._request(op, args)
         holder: list[SSHProcess] = []
         kept = False
@@ -234,8 +251,6 @@ class OpenSSHTransport(SSHTransport):
                     kept = True
                 return answer
 
-        # A helper that must be started first also has its connect to make (through the master: quick).
-        bound = timeout if any(p.alive() for p in self._procs) else timeout + self.connect_timeout
         task = asyncio.ensure_future(ask())
         try:
             answer, noise = await bounded(task, bound, on_timeout=lambda: self._kill_all(holder))
@@ -244,7 +259,7 @@ class OpenSSHTransport(SSHTransport):
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
             raise
         except TimeoutError:
-            raise self._timed_out(op, bound) from None
+            raise await self._timed_out(op, full, holder) from None
         except HelperGone:
             raise await self._gone(op, holder[0]) from None
         finally:
@@ -258,11 +273,13 @@ class OpenSSHTransport(SSHTransport):
         command's (the same reasons as over asyncssh)."""
         status = await proc.status()
         stderr = proc.stderr()
-        if status == P.EXIT_SSH_FAILED and not proc.buffer:
+        if status == P.EXIT_SSH_FAILED and not proc.buffer and ssh_failed_itself(stderr):
             code = classify(stderr)
             last = stderr.splitlines()[-1] if stderr else "no message"
             if code == P.AUTH_FAILED:
                 return self.no_master(last)
+            if code in (P.UNKNOWN_HOST_KEY, P.HOST_KEY_CHANGED):
+                return host_key_error(self.host, code, stderr, self.ssh.resolved())
             if code is not None:
                 return TransportError(f"ssh to {self.ssh.target} failed: {last}", host=self.host, code=code)
             return TransportError(
@@ -281,13 +298,30 @@ class OpenSSHTransport(SSHTransport):
             hint=f"open it (once, with your second factor): `drover connect {self.host}`",
         )
 
-    def _timed_out(self, op: str, seconds: float) -> TransportError:
+    async def _timed_out(self, op: str, seconds: float, procs: list[SSHProcess]) -> TransportError:
+        """The bound passed: blamed on the master only when it is the master that does not answer (asked once,
+        briefly); a helper that hung on the host, or a slow connect, is said as such."""
+        for proc in procs:
+            await proc.reap()
+        said = f"no answer to {op} through ssh within {seconds:g}s (the request may still complete there)"
+        try:
+            state = await master_state(self.ssh, 2)
+        except DroverError:  # ssh -G cannot say which socket: nothing to blame on a master
+            state = None
+        if state == HUNG:
+            return TransportError(
+                f"{said}: the master at {self.ssh.control_socket()} accepts connections but does not answer "
+                "(stopped or wedged), and holds every call",
+                host=self.host,
+                code=P.REQUEST_TIMEOUT,
+                hint=master_fix(self.ssh),
+            )
+        how = "through the master" if state == UP else "with no master (a direct login)"
         return TransportError(
-            f"no answer to {op} through ssh within {seconds:g}s (the request may still complete there); "
-            "a master that stopped answering holds every call",
+            f"{said}; ssh was connecting {how}: the host or its helper was too slow, or hung",
             host=self.host,
             code=P.REQUEST_TIMEOUT,
-            hint=f"check it with `drover fleet check --host {self.host}`; `drover connect {self.host}` opens a new one",
+            hint=f"`drover fleet check --host {self.host}` shows what answers; a larger --timeout for slow hosts",
         )
 
     # -- closing -----------------------------------------------------------------------------------------------

@@ -15,12 +15,18 @@ PKCS#11 and FIDO keys, `Match` blocks); drover adds only what makes a call safe 
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import pwd
 import re
 import shlex
+import signal
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from drover.errors import TransportError
 from drover.fleet import HostConfig
@@ -32,18 +38,73 @@ SSH = "ssh"
 # the path plus a 17-byte random suffix (".XXXXXXXXXXXXXXXX") and renames it: the path itself must leave room.
 SOCKET_LIMIT = 104
 SSH_SUFFIX = 17
+CONFIG_TIMEOUT = 10.0  # `ssh -G` outside any call's bound (drover connect, a test)
 PERSIST = "8h"  # how long a master `drover connect` opens stays up with nothing riding it
 
 # ssh's own failures, from its stderr (exit 255), each as the step that failed -- before the remote command ran.
 _FAILURES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host key for .* has changed"), P.HOST_KEY_CHANGED),
     (re.compile(r"Host key verification failed|No \S+ host key is known"), P.UNKNOWN_HOST_KEY),
-    (re.compile(r"Permission denied|Too many authentication failures"), P.AUTH_FAILED),
+    # ssh's own: "root@host: Permission denied (publickey,keyboard-interactive)." -- the methods always follow.
+    (re.compile(r"Permission denied \([\w,@.-]*\)|Too many authentication failures"), P.AUTH_FAILED),
     (re.compile(r"Could not resolve hostname"), P.DNS),
     (re.compile(r"Connection refused"), P.CONNECTION_REFUSED),
     (re.compile(r"timed out|Connection timed out"), P.CONNECT_TIMEOUT),
     (re.compile(r"No route to host|Network is unreachable"), P.UNREACHABLE),
 ]
+
+
+def ssh_env() -> dict[str, str]:
+    """The environment of every ssh drover starts unattended: never a prompt, including from the ssh a ProxyJump
+    starts (which gets none of drover's -o options, BatchMode included, but inherits this).  With no terminal,
+    ssh would otherwise run $SSH_ASKPASS on $DISPLAY for a password or a host-key question."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "SSH_ASKPASS")}
+    env["SSH_ASKPASS_REQUIRE"] = "never"
+    return env
+
+
+def _libc_prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl  # looked up now: a forked child must not load libraries
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_drover() -> None:
+    """preexec_fn of every ssh drover starts: killed when drover dies (SIGTERM, SIGHUP, SIGKILL -- no handler of
+    drover's runs then).  In its own session it gets no terminal's signal, and an ssh riding a master that stopped
+    answering would otherwise wait there for ever."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def option(name: str, value: str) -> list[str]:
+    """`-o name=value`, the value quoted as ssh's own parser needs when it holds a space (a HOME with one)."""
+    return ["-o", f'{name}="{value}"' if " " in value else f"{name}={value}"]
+
+
+# A line of ssh's own (not the remote command's stderr, which ssh passes through): its fatal() and error() forms.
+_SSH_OWN = re.compile(
+    r"^(ssh: |ssh_\w+: |kex_exchange_identification: |client_loop: |mux_client_\w+: |muxclient: |channel \d+: "
+    r"|Control socket |Connection to \S+ closed|Connection closed by |Received disconnect |Disconnected from "
+    r"|Timeout, server |stdio forwarding failed|Host key verification failed|\S+: Permission denied \("
+    r"|Too many authentication failures|Unable to negotiate |Bad owner or permissions |command-line line \d+: "
+    r"|\S+ line \d+: |Load key |@@@@|No \S+ host key is known|Cannot execute command-line |ProxyCommand |"
+    r"Write failed: |packet_write_wait: |Bad packet length|Corrupted MAC|Could not resolve hostname)",
+    re.MULTILINE,
+)
+
+
+def ssh_failed_itself(stderr: str) -> bool:
+    """Whether an exit status 255 is ssh's own failure: ssh said so in its own words (or said nothing).  A remote
+    command can exit 255 too, with its own message -- the remote command's failure, as asyncssh tells it."""
+    return not stderr.strip() or bool(_SSH_OWN.search(stderr))
 
 
 def socket_fits(path: str) -> bool:
@@ -108,10 +169,11 @@ class OpenSSHCommand:
             argv += ["-J", cfg.proxy_jump]
         return argv
 
-    def resolved(self) -> dict[str, str]:
-        """`ssh -G`: the user's config as it applies to this host (the first word of each line, lowercased)."""
+    def resolved(self, seconds: float = CONFIG_TIMEOUT) -> dict[str, str]:
+        """`ssh -G`: the user's config as it applies to this host (the first word of each line, lowercased), within
+        `seconds` (a `Match exec` runs a program of the user's)."""
         if self._resolved is None:
-            self._resolved = self._ssh_g([])
+            self._resolved = self._ssh_g([], seconds)
             user = self.user_control_path()
             if user and socket_fits(user):
                 self._control = self._socket = user
@@ -119,32 +181,54 @@ class OpenSSHCommand:
                 self._control = drover_control_path()
         return self._resolved
 
-    def _ssh_g(self, options: list[str]) -> dict[str, str]:
-        try:
-            done = subprocess.run(
-                [*self.base(), *options, "-G", self.target],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                stdin=subprocess.DEVNULL,
-            )
-        except FileNotFoundError:
+    def _ssh_g(self, options: list[str], seconds: float = CONFIG_TIMEOUT) -> dict[str, str]:
+        # Its output goes to files, not pipes, and its whole group is killed: a `Match exec` that leaves a child in
+        # the background would hold a pipe open long after ssh -G answered, and a slow one must not outlast the call.
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            try:
+                proc = subprocess.Popen(
+                    [*self.base(), *options, "-G", self.target],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    env=ssh_env(),
+                    start_new_session=True,
+                    preexec_fn=die_with_drover,
+                )
+            except FileNotFoundError:
+                raise TransportError(
+                    "the openssh transport needs the `ssh` program, which is not installed here",
+                    host=self.host,
+                    code=P.SSH_ERROR,
+                    hint=f'install OpenSSH\'s client, or drop transport = "openssh" under [hosts.{self.host}]',
+                ) from None
+            try:
+                status = proc.wait(max(seconds, 0.1))
+            except subprocess.TimeoutExpired:
+                status = None
+            finally:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            out.seek(0)
+            err.seek(0)
+            stdout = out.read().decode("utf-8", "replace")
+            stderr = err.read(1 << 16).decode("utf-8", "replace").strip()
+        if status is None:
             raise TransportError(
-                "the openssh transport needs the `ssh` program, which is not installed here",
+                f"`ssh -G {self.target}` (reading your ssh configuration) did not finish within {seconds:g}s",
                 host=self.host,
                 code=P.SSH_ERROR,
-                hint=f'install OpenSSH\'s client, or drop transport = "openssh" under [hosts.{self.host}]',
-            ) from None
-        except subprocess.TimeoutExpired:
-            done = subprocess.CompletedProcess([], 255, "", "ssh -G did not answer")
-        if done.returncode != 0:
+                hint="a `Match exec` in your ssh config that is slow or hangs? `ssh -G` with the same host shows it",
+            )
+        if status != 0:
             raise TransportError(
-                f"ssh cannot read its configuration for {self.target}: {done.stderr.strip()[-300:]}",
+                f"ssh cannot read its configuration for {self.target}: {stderr[-300:]}",
                 host=self.host,
                 code=P.SSH_ERROR,
             )
         resolved: dict[str, str] = {}
-        for line in done.stdout.splitlines():
+        for line in stdout.splitlines():
             key, _, value = line.partition(" ")
             resolved.setdefault(key.lower(), value)
         return resolved
@@ -159,17 +243,18 @@ class OpenSSHCommand:
         assert self._control is not None
         return self._control
 
-    def control_socket(self) -> str:
-        """That ControlPath as ssh expands it: the socket's file."""
+    def control_socket(self, seconds: float = CONFIG_TIMEOUT) -> str:
+        """That ControlPath as ssh expands it: the socket's file (asked of ssh within `seconds`)."""
+        self.resolved(seconds)
         control = self.control_path()
         if self._socket is None:
             # ssh expands %C (a hash of the endpoints) itself: asked, it says which socket that is.
-            self._socket = self._ssh_g(["-o", f"ControlPath={control}"]).get("controlpath", control)
+            self._socket = self._ssh_g(option("ControlPath", control), seconds).get("controlpath", control)
         return self._socket
 
     def _control_option(self) -> list[str]:
         user = self.user_control_path()
-        return [] if user and socket_fits(user) else ["-o", f"ControlPath={self.control_path()}"]
+        return [] if user and socket_fits(user) else option("ControlPath", self.control_path())
 
     def _known_hosts(self) -> list[str]:
         files = self.resolved().get("userknownhostsfile", "").split()
@@ -208,9 +293,19 @@ class OpenSSHCommand:
             *self._known_hosts(),
             *self._strict(),
             "-e", "none",
+            *self._own_command(),
             self.target,
             remote_command,
         ]  # fmt: skip
+
+    def _own_command(self) -> list[str]:
+        """drover's command wins over a RemoteCommand (or a SessionType) in the user's config, with which ssh
+        refuses any command-line one.  SessionType only when this ssh knows it (8.7 and later)."""
+        words = ["-o", "RemoteCommand=none"]
+        session = self.resolved().get("sessiontype")
+        if session is not None and session != "default":
+            words += ["-o", "SessionType=default"]
+        return words
 
     def check(self) -> list[str]:
         """`ssh -O check`: whether a master answers on the control socket."""
@@ -224,17 +319,13 @@ class OpenSSHCommand:
         interactive = ["-o", "BatchMode=no"]
         return [
             *self.base(), "-M", *persist_option, *interactive, *self._control_option(), *self._known_hosts(),
-            *self._strict(), self.target, "true",
+            *self._strict(), *self._own_command(), self.target, "true",
         ]  # fmt: skip
 
     def connect_line(self) -> str:
-        """The connect command as a person would type it (drover's known_hosts additions left out: ssh's own
-        files suffice for a person, who can answer a host-key question)."""
-        persist = self.resolved().get("controlpersist")
-        words = [*self.base(), "-M"]
-        if not persist or persist in ("no", "false", "0"):
-            words += ["-o", f"ControlPersist={PERSIST}"]
-        return shlex.join([*words, *self._control_option(), self.target, "true"])
+        """The connect command exactly as `drover connect` runs it (BatchMode=no, drover's known_hosts and the
+        StrictHostKeyChecking raise included): the printed line must open the master when pasted."""
+        return shlex.join(self.connect())
 
 
 def classify(stderr: str) -> str | None:
@@ -244,3 +335,34 @@ def classify(stderr: str) -> str | None:
         if pattern.search(stderr):
             return code
     return None
+
+
+def host_key_error(name: str, code: str, stderr: str, resolved: dict[str, str]) -> TransportError:
+    """ssh's host-key failure said as over asyncssh: where, the fingerprint when ssh printed one (a changed key's
+    warning does; BatchMode's "No ... host key is known" does not), and how to trust or replace the key."""
+    found = re.search(r"host key is known for (\S+)|Host key for (\S+) has changed", stderr)
+    # BatchMode with StrictHostKeyChecking ask says only "Host key verification failed.": ssh -G says where to.
+    host, port = resolved.get("hostname", name), resolved.get("port", "22")
+    where = (found.group(1) or found.group(2)) if found else host if port == "22" else f"[{host}]:{port}"
+    printed = re.search(r"SHA256:[A-Za-z0-9+/=]+", stderr)
+    fingerprint = printed.group(0) if printed else None
+    details = {"fingerprint": fingerprint} if fingerprint else None
+    if code == P.HOST_KEY_CHANGED:
+        return TransportError(
+            f"HOST KEY CHANGED for {where}: it now presents {fingerprint or 'another key'}, which is not the key in "
+            "known_hosts. This may be an attack; drover will not connect",
+            host=name,
+            code=code,
+            hint=f"if the host was reinstalled, remove the old key with `ssh-keygen -R '{where}'` and check the new one",
+            details=details,
+        )
+    bracketed = re.fullmatch(r"\[([^\]]+)\]:(\d+)", where)
+    scan = f"ssh-keyscan -p {bracketed.group(2)} {bracketed.group(1)}" if bracketed else f"ssh-keyscan {where}"
+    return TransportError(
+        f"unknown host key for {where}" + (f": {fingerprint}" if fingerprint else ""),
+        host=name,
+        code=code,
+        hint=f"check its fingerprint (`{scan} | ssh-keygen -lf -`) and if it is the host's, trust it with "
+        f"`{scan} >> ~/.ssh/known_hosts`, or set accept_new = true under [hosts.{name}] in fleet.toml",
+        details=details,
+    )

@@ -17,15 +17,25 @@ from typing import Any
 
 from drover.errors import TransportError
 from drover.remote import protocol as P
-from drover.transport.openssh_config import OpenSSHCommand, socket_fits
+from drover.transport.openssh_config import OpenSSHCommand, die_with_drover, socket_fits, ssh_env
 
 UP, DOWN, STALE, HUNG = "up", "down", "stale", "not answering"
+
+
+def master_fix(ssh: OpenSSHCommand) -> str:
+    """What to do about a master that accepts and never answers: `drover connect` refuses to open another while it
+    holds the socket, and `ssh -O exit` goes through that same socket, unanswered."""
+    return (
+        f"end that master: kill its `ssh -M` process (`pgrep -af 'ssh.* -M'`; SIGKILL if it is stopped) -- `ssh -O "
+        f"exit` goes through the socket it does not answer on -- then `drover connect {ssh.host}` opens a new one"
+    )
 
 
 async def master_state(ssh: OpenSSHCommand, seconds: float) -> str:
     """`up`, `down` (no socket), `stale` (a socket nobody listens on: a master that died) or `not answering` (a
     master that accepts and never replies -- stopped, or wedged -- which would hold every call to its bound)."""
-    path = ssh.control_socket()
+    # ssh -G (which runs the user's Match exec programs) off the loop and within the bound.
+    path = await asyncio.to_thread(ssh.control_socket, seconds)
     try:
         if not stat.S_ISSOCK(os.stat(path).st_mode):
             return STALE
@@ -39,6 +49,8 @@ async def master_state(ssh: OpenSSHCommand, seconds: float) -> str:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        env=ssh_env(),
+        preexec_fn=die_with_drover,
     )
     # No pipes (all DEVNULL): wait() ends when ssh does, and leaves nothing for a closed loop to clean up.
     try:
@@ -54,7 +66,7 @@ async def master_state(ssh: OpenSSHCommand, seconds: float) -> str:
 
 async def describe(ssh: OpenSSHCommand, seconds: float) -> dict[str, Any]:
     """What `fleet check` says of the master: its state, its socket, and the command that opens it."""
-    await asyncio.to_thread(ssh.resolved)
+    await asyncio.to_thread(ssh.resolved, seconds)
     state = await master_state(ssh, seconds)
     row: dict[str, Any] = {"master": state, "control_path": ssh.control_socket(), "connect": ssh.connect_line()}
     user = ssh.user_control_path()
@@ -65,6 +77,26 @@ async def describe(ssh: OpenSSHCommand, seconds: float) -> dict[str, Any]:
             "e.g. ControlPath ~/.ssh/cm-%C, serves your own ssh too)"
         )
     return row
+
+
+def remove_dead_socket(ssh: OpenSSHCommand, path: str) -> None:
+    """ssh -M refuses to replace an existing socket ("already exists, disabling multiplexing") and would open a
+    master nobody can reach: a dead master's socket goes first.  Only a socket of this user's: anything else at
+    the ControlPath (a file of theirs, a symlink, another user's socket) is not drover's to delete."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
+        what = "a socket of another user" if stat.S_ISSOCK(st.st_mode) else "not a socket"
+        raise TransportError(
+            f"the ControlPath {path} for {ssh.host} is {what}: drover will not remove it to open a master there",
+            host=ssh.host,
+            code=P.NO_MASTER,
+            hint="move it away, or point ControlPath (in ~/.ssh/config) somewhere else",
+        )
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def connect(ssh: OpenSSHCommand, seconds: float, say: Any) -> str:
@@ -80,13 +112,10 @@ def connect(ssh: OpenSSHCommand, seconds: float, say: Any) -> str:
             f"the master at {path} accepts connections but does not answer (stopped or wedged)",
             host=ssh.host,
             code=P.NO_MASTER,
-            hint=f"end that ssh -M process (or remove {path}), then run `drover connect {ssh.host}` again",
+            hint=master_fix(ssh),
         )
     if state == STALE:
-        # ssh -M refuses to replace an existing socket ("already exists, disabling multiplexing") and would open
-        # a master nobody can reach: the dead master's socket goes first.
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        remove_dead_socket(ssh, path)
     say(f"opening the master: {ssh.connect_line()}")
     # The terminal is inherited (no pipes): the prompt is the person's, and the master, once in the background,
     # holds nothing of drover's.
