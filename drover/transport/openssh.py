@@ -208,7 +208,7 @@ class OpenSSHTransport(SSHTransport):
             for proc in procs:
                 self._running.discard(proc)
                 await proc.reap()
-        return self._data(answer, noise)
+        return await self._data(answer, noise)
 
     def _kill_all(self, procs: list[SSHProcess]) -> None:
         for proc in procs:
@@ -265,7 +265,7 @@ class OpenSSHTransport(SSHTransport):
         finally:
             if not kept:
                 self._kill_all(holder)  # failed or cancelled mid-request: its next answer would belong to nobody
-        return self._data(answer, noise)
+        return await self._data(answer, noise)
 
     # -- what went wrong ---------------------------------------------------------------------------------------
     async def _gone(self, op: str, proc: SSHProcess) -> DroverError:
