@@ -33,7 +33,7 @@ def spawn(
         typer.Argument(
             help="after --: arguments appended to the engine's command line for this spawn only (-- --model X)",
             show_default=False,
-            metavar="[-- ENGINE_ARGS...]",
+            metavar="-- ENGINE_ARGS",
         ),
     ] = None,
     name: Annotated[str | None, typer.Option("--name", help="its name (default: DIR-ENGINE-xxxx)")] = None,
