@@ -332,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split-draw", type=float, default=0.0, help="draw each frame in two writes, this many seconds apart")
     parser.add_argument("--reply", action="store_true", help="answer each message in the log when its busy time is over")
     parser.add_argument("--ignore-enter", type=float, default=0.0, help="ignore Enter for this many seconds after a paste")
+    # What `drover spawn ... -- ARGS` may pass an engine: taken and ignored, as an engine takes its own flags.
+    parser.add_argument("--model", help="accepted and ignored (an engine flag a spawn may pass)")
+    parser.add_argument("words", nargs="*", help="accepted and ignored (arguments a spawn may pass)")
     args = parser.parse_args(argv)
     Agent(
         args.log,

@@ -143,12 +143,15 @@ def test_unknown_host_and_ambiguous_names_are_target_errors(tmux: Tmux, isolated
     assert stray.code == 2 and "--create-if-missing" in stray.err
 
 
-def test_what_the_guard_refuses_a_nudge_does_not_get_either(tmux: Tmux, isolated: Path, cli: Any) -> None:
+def test_a_dialog_is_refused_as_waiting_on_a_human_before_the_guard(tmux: Tmux, isolated: Path, cli: Any) -> None:
+    """The same look as `drover board` and a broadcast: the nudge refuses it itself, never reaching the guard."""
     pane = tmux.agent("asking")
     os.kill(pane.pid, signal.SIGUSR1)  # a permission dialog: an Enter would answer it
     wait_for(lambda: "Do you want to proceed?" in pane.screen(), what="the dialog")
     res = cli("nudge", "local:asking", "yes", "--json")
-    assert res.code == 4 and res.json()["data"]["code"] == "dialog", res.out
+    assert res.code == 4, res.out
+    data = res.json()["data"]
+    assert (data["code"], data["human"]["kind"], data["lane"]) == ("waiting_on_human", "dialog", None), data
     assert pane.events("dialog") == [] and pane.messages() == []
 
 
@@ -463,6 +466,39 @@ def test_claude_session_busy_by_its_registry_and_sharing_its_directory(claude_la
     assert res.code == 4 and res.json()["data"]["code"] == "shared_cwd", res.out
     assert [p["origin"]["body"] for p in s.peer_messages()] == ["start a slow turn"]
     assert neighbour.messages() == []
+
+
+def test_a_claude_at_a_permission_prompt_is_refused_as_waiting_on_a_human(claude_lab: Any, isolated: Path, cli: Any) -> None:
+    """The real Claude Code in a permission dialog (its registry says `waiting`): its inbox would take the message,
+    and the nudge used to deliver it (exit 0) in front of the question its human is answering."""
+    asker = claude_lab.start("perm-nudge", flags="--permission-mode default", tool_use={"command": "rm -rf ./build"})
+    res = cli("--actor", ACTOR, "nudge", "local:perm-nudge", "clean the build please", "--json")
+    assert res.code == 0 and res.json()["data"]["lane"] == "inbox", res.out
+    wait_for(lambda: asker.status() == "waiting", timeout=30, what="the permission prompt")
+    res = cli("--actor", ACTOR, "nudge", "local:perm-nudge", "status?", "--json")
+    assert res.code == 4, res.out
+    data = res.json()["data"]
+    assert (data["outcome"], data["code"]) == ("refused", "waiting_on_human"), data
+    assert data["human"]["kind"] == "waiting" and data["human"]["reason"] == "Claude is waiting: permission prompt"
+    assert "waiting on a human" in data["detail"] and data["session"]["state"] == "waiting"
+    stays(lambda: [p["origin"]["body"] for p in asker.peer_messages()] == ["clean the build please"], what="no 2nd message")
+    refused = [r for r in records(isolated, "accepted") if r.get("text") == "status?"]
+    assert len(refused) == 1, refused
+    log = cli("log", "--json").json()["data"]["messages"]
+    assert [(m["outcome"], m["code"]) for m in log if m["text"] == "status?"] == [("refused", "waiting_on_human")]
+
+
+def test_a_persons_draft_is_refused_as_waiting_on_a_human(tmux: Tmux, isolated: Path, cli: Any) -> None:
+    """A person's unsent words in the input box: what a broadcast skips, a nudge refuses, the words not echoed."""
+    drafting = agent_in(tmux, isolated / "drafting", "drafting")
+    drafting.tmux("send-keys", "-t", drafting.id, "-l", "my own words")
+    wait_for(lambda: "my own words" in drafting.screen(), what="the draft")
+    res = cli("nudge", "local:drafting", "status?", "--json")
+    assert res.code == 4, res.out
+    data = res.json()["data"]
+    assert (data["code"], data["human"]["kind"]) == ("waiting_on_human", "draft"), data
+    assert "my own words" not in res.out  # that there is a draft is enough: the words are theirs
+    stays(lambda: drafting.messages() == [], what="nothing reaching the agent")
 
 
 # -- the schedule's memory, read from the truth file ---------------------------------------------------------------

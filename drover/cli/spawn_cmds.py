@@ -13,7 +13,10 @@ from drover.cli.completion import complete_engines, complete_hosts
 
 @app.command(
     "spawn",
-    epilog=examples("drover spawn box-a --engine claude --cwd ~/src/webapp --name webapp-f9 --brief 'fix the flaky test'"),
+    epilog=examples(
+        "drover spawn box-a --engine claude --cwd ~/src/webapp --name webapp-f9 --brief 'fix the flaky test'",
+        "drover spawn box-a --engine claude --cwd ~/src/webapp --brief 'review it' -- --model opus",
+    ),
 )
 def spawn(
     host: Annotated[str, typer.Argument(help="the host to start it on", show_default=False, autocompletion=complete_hosts)],
@@ -25,6 +28,14 @@ def spawn(
     ],
     cwd: Annotated[str, typer.Option("--cwd", help="the directory it starts in, on the host (absolute or ~/...)")],
     brief: Annotated[str, typer.Option("--brief", help="its first message, or - to read it from stdin")],
+    engine_args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="after --: arguments appended to the engine's command line for this spawn only (-- --model X)",
+            show_default=False,
+            metavar="-- ENGINE_ARGS",
+        ),
+    ] = None,
     name: Annotated[str | None, typer.Option("--name", help="its name (default: DIR-ENGINE-xxxx)")] = None,
     parent_msg: Annotated[
         str | None, typer.Option("--parent-msg", help="the message id this spawn answers (recorded as its parent)")
@@ -40,6 +51,9 @@ def spawn(
     The brief arrives after a snapshot: host, directory, git branch and commit, who dispatched it. A folder the
     engine does not trust yet stops at its trust dialog: drover never answers it, reports the session as waiting
     (exit 3) and does not brief it; list the folder under the host's `trusted = [...]` to pre-trust it.
+
+    Arguments after `--` are appended to the engine's command line for this spawn only (its [spawn.ENGINE]
+    template, or the built-in one), each as exactly one argument: no shell reads them.
     """
     common(fleet, actor, debug, timeout)
     payload: dict[str, Any] = {
@@ -49,6 +63,7 @@ def spawn(
         "name": name,
         "brief": read_text(brief, "the brief"),
         "parent_msg": parent_msg,
+        "args": engine_args or None,
     }
     doc = run("sessions.spawn", payload)
     finish(doc, as_json, show_spawn)

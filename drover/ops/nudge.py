@@ -1,12 +1,17 @@
 """sessions.nudge and nudge.run: deliver a message only when it is safe -- once, or on the fleet's schedule.
 
-A nudge is a message with three refusals in front of it (the nudger's `checkSafe`, whose reasons carry over):
+A nudge is a message with four refusals in front of it (the nudger's `checkSafe`, whose reasons carry over):
 
 - `not_live`: no live agent answers to the name -- the pane is gone or dead, or its agent exited and left a shell.
   Nudging it would mean starting an agent, and a nudge never does that.  The dispatcher's opposite,
   `--create-if-missing`, starts one (drover/ops/spawn.py) and then delivers.
 - `generating`: the session is live but busy with a turn.  A nudge is "when you have a moment", never a message
   that queues up behind work in progress; a schedule tries again at the entry's `retry`.
+- `waiting_on_human`: a person is in the middle of something there -- Claude's registry says `waiting` (a
+  permission prompt), the screen shows a dialog, or a person's draft sits in the input box: the same look `drover
+  board` and a broadcast take (drover/remote/attention.py, asked with the host's `status`).  Claude's inbox would
+  take the message anyway; a nudge does not put it in front of the question the person is answering.  (drover's
+  own earlier message left unsent in the input box is `not_submitted`, as a broadcast says it.)
 - `shared_cwd`: another live session on the host works in the same directory.  A nudge is about the work in that
   directory, and with two agents in it, it could land in the one that is not doing that work.
 
@@ -129,6 +134,16 @@ async def look(ctx: Context, host: str, target: str) -> tuple[dict[str, Any] | N
     if session.get("state") == "busy":
         why = f"{name} is generating ({session.get('reason') or 'busy'}): a nudge waits until it is idle"
         return session, _refusal(P.GENERATING, why, session)
+    human = session.get("human")
+    if human:
+        # Claude's registry `waiting` (a permission prompt), a dialog on screen, a person's draft: the host's
+        # own look (drover/remote/attention.py), the one `drover board` and a broadcast take.  The inbox would
+        # take the message anyway, to land in the middle of what the person is answering.
+        code = P.NOT_SUBMITTED if human.get("kind") == "drover_text" else P.WAITING_ON_HUMAN
+        why = f"{name} is waiting on a human ({human.get('reason')}): a nudge waits until they are done"
+        refusal = _refusal(code, why, session)
+        refusal["human"] = human
+        return session, refusal
     here = _place(session.get("cwd"))
     if here is not None:
         others = [s for s in listing.get("sessions", []) if not _same(s, session) and _live(s) and _place(s.get("cwd")) == here]
@@ -293,7 +308,7 @@ async def nudge(ctx: Context, req: NudgeRequest) -> Result:
 @op(
     "sessions.nudge",
     NudgeRequest,
-    "deliver only if safe: refuse a session that is not live, is generating, or shares its directory",
+    "deliver only if safe: refuse a session that is not live, is generating, waits on a human, or shares its directory",
     "drover nudge",
 )
 async def sessions_nudge(ctx: Context, req: NudgeRequest) -> Result:

@@ -47,6 +47,9 @@ class SpawnRequest(Request):
     brief: str = Field(..., description="its first message, sent after a snapshot of where and why it was started")
     actor: str | None = Field(None, description="who is dispatching it (default: $DROVER_ACTOR, else user@host)")
     parent_msg: str | None = Field(None, description="the message id this spawn answers (recorded as its parent)")
+    args: list[str] | None = Field(
+        None, description="arguments appended to the engine's command line for this spawn only, each one argv element"
+    )
 
 
 class SpawnsRequest(Request):
@@ -59,6 +62,25 @@ def default_name(cwd: str, engine: str) -> str:
     """DIR-ENGINE-xxxx, in the characters a name may hold."""
     base = re.sub(r"[^A-Za-z0-9_-]", "-", os.path.basename(cwd.rstrip("/")) or "root")[:40].lstrip("-_") or "s"
     return re.sub(r"[^A-Za-z0-9_-]", "-", f"{base}-{engine}")[:59] + "-" + uuid.uuid4().hex[:4]
+
+
+# tmux hands a new pane's command to its server in one message (at most 16 KiB): the arguments must fit with room.
+MAX_ARGS_BYTES = 8192
+
+
+def check_args(args: list[str] | None) -> list[str]:
+    """The spawn's own engine arguments, refused before anything is recorded when no argv could carry them."""
+    args = list(args or [])
+    for a in args:
+        if "\x00" in a:
+            raise InvalidRequest(f"the engine argument {a!r} holds a NUL byte, which no argv element can carry")
+    size = sum(len(a.encode("utf-8", "surrogateescape")) + 1 for a in args)
+    if size > MAX_ARGS_BYTES:
+        raise InvalidRequest(
+            f"the engine's arguments are {size} bytes: at most {MAX_ARGS_BYTES} fit in the new pane's command",
+            hint="put long text (a system prompt) in a file and pass its path",
+        )
+    return args
 
 
 def template_for(ctx: Context, engine: str) -> SpawnEngine:
@@ -166,6 +188,7 @@ async def spawn_session(
     parent_msg: str | None = None,
     alone: bool = False,
     via: str = "auto",
+    args: list[str] | None = None,
 ) -> dict[str, Any]:
     """Start `engine` in `cwd` on `host`, wait until it is ready, brief it (`alone`: refused, `shared_cwd`, when a
     live session works in that directory already, as the host resolves it).  Bad input, an unreachable host, an
@@ -186,6 +209,7 @@ async def spawn_session(
             f"the directory {cwd!r} holds a control character (a newline, CR, ESC, ...): drover starts nothing there",
             hint="rename the directory, or start the session by hand",
         )
+    extra = check_args(args)
     # Named here, not on the host, so that even a spawn whose outcome is never recorded names its tmux session.
     name = name or default_name(cwd, engine)
     cfg = ctx.route(host).config
@@ -193,12 +217,14 @@ async def spawn_session(
     spawn_id = "spawn_" + uuid.uuid4().hex[:20]
     parent = {"actor": actor, "msg": parent_msg}
     # Write-ahead, as for a message: nothing starts that cannot be recorded (a full disk raises here).
+    # The spawn's own engine arguments are part of what was asked for: recorded with it (only when there are some).
+    more = {"args": extra} if extra else {}
     ctx.truth.append(
-        _event("spawn_requested", spawn_id, host=host, engine=engine, cwd=cwd, name=name, actor=actor, parent=parent)
+        _event("spawn_requested", spawn_id, host=host, engine=engine, cwd=cwd, name=name, actor=actor, parent=parent, **more)
     )
     _brief_fits(ctx, spawn_id, host, engine, cwd, name, brief, actor, parent_msg)
     ready_s, bound = _bounds(ctx, host, spec.ready_timeout_s)
-    args = {
+    request = {
         "engine": engine,
         "cwd": cwd,
         "name": name,
@@ -209,9 +235,10 @@ async def spawn_session(
         "timeout_s": ready_s,
         "ready": spec.ready if spec.ready is not None else DEFAULT_READY.get(engine),
         "alone": alone,
+        "args": extra,
     }
     try:
-        data = await call_host(ctx, host, "spawn", args, timeout=bound)
+        data = await call_host(ctx, host, "spawn", request, timeout=bound)
     except DroverError as exc:
         if exc.code == P.SPAWN_TIMEOUT:
             exc.exit_code = ExitCode.TIMEOUT  # a helper error of the timeout class: `drover wait`'s exit code
@@ -238,6 +265,7 @@ async def spawn_session(
         "git": data.get("git"),
         "pretrusted": data.get("pretrusted", False),
         "parent": parent,
+        "args": extra,
         "tail": data.get("tail", []),
         "brief": None,
     }
@@ -272,6 +300,7 @@ async def sessions_spawn(ctx: Context, req: SpawnRequest) -> Result:
         brief=req.brief,
         actor=ctx.who(req.actor),
         parent_msg=req.parent_msg,
+        args=req.args,
     )
     where = f"{data['name']} ({data['engine']}, {data['id']})"
     if data["state"] == "waiting":
@@ -308,6 +337,7 @@ def fold(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
             for key in ("host", "engine", "cwd", "name", "actor", "parent"):
                 spawns[sid][key] = ev.get(key)
+            spawns[sid]["args"] = ev.get("args") or []
             continue
         row = spawns.get(sid)
         if row is None:

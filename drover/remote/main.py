@@ -58,7 +58,7 @@ def op_list(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
 
 
 def op_status(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
-    from . import discovery
+    from . import attention, discovery
     from .screen import lines_of
 
     warnings: List[str] = []
@@ -67,6 +67,10 @@ def op_status(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     tail = [line for line in lines_of(screen) if line.strip()][-int(args.get("tail", 8)) :]
     out = discovery.public(session)
     out["tail"] = tail
+    # Whether it waits on a person, by the same look `drover board` and a broadcast take (attention.py): a nudge
+    # refuses such a session, and must not disagree with them about who is waiting.
+    kind, reason, since, source = attention.waiting_on_human(session, profiles)
+    out["human"] = {"kind": kind, "reason": reason, "since": since, "since_source": source} if kind else None
     return {"session": out, "warnings": warnings}
 
 

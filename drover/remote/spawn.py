@@ -7,6 +7,9 @@ pre-trusts.  A pre-trusted folder is written into the engine's own settings file
 Codex's `$CODEX_HOME/config.toml`) before the engine starts, so it never asks; any other folder the engine does
 not trust yet stops at its trust dialog, and the answer says so (`state: waiting`).
 
+A spawn may carry arguments of its own for the engine (`drover spawn ... -- --model X`): appended to the template's
+command line for that spawn only, as argv (see pane_command), never through a shell's parsing.
+
 Stdlib only and Python 3.6+: shipped to every host inside the helper bundle.
 """
 
@@ -76,6 +79,29 @@ def _cwd(raw: str) -> str:
     if CONTROL_CHARS.search(real):  # a symlink on the way may lead somewhere whose name holds one
         raise HelperError(BAD_REQUEST, "the directory %r holds a control character (a newline, CR, ESC, ...)" % real)
     return real
+
+
+def engine_args(raw: Any) -> List[str]:
+    """The spawn's own arguments for the engine (`drover spawn ... -- ARGS`): a list of strings, each one argv
+    element.  A NUL cannot be in an argv element at all, so it is refused rather than cut."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
+        raise HelperError(BAD_REQUEST, "the engine's arguments must be a list of strings")
+    for a in raw:
+        if "\x00" in a:
+            raise HelperError(BAD_REQUEST, "an engine argument holds a NUL byte, which no argv element can: %r" % a)
+    return list(raw)
+
+
+def pane_command(command: str, extra: List[str]) -> List[str]:
+    """What tmux runs in the new pane.  With no arguments of the spawn's own: the template's command line, run by
+    tmux through the user's shell, as always.  With some: `sh -c 'COMMAND "$@"' drover-spawn ARG...`, which tmux
+    executes as argv (no shell parses the arguments: each arrives as exactly one argv element, whatever it holds --
+    spaces, quotes, `;`, `$(...)`, newlines), and which appends them to the template's command line."""
+    if not extra:
+        return [command]
+    return ["sh", "-c", command + ' "$@"', "drover-spawn"] + extra
 
 
 def tmux_arg(arg: str) -> str:
@@ -414,6 +440,7 @@ def spawn(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     command = fill(args.get("command") or "", cwd, name)
     if not command.strip():
         raise HelperError(BAD_REQUEST, "the command template for %s is empty" % engine)
+    extra = engine_args(args.get("args"))
     socket = socket_path(args.get("server") or "default")
     why = _taken(name, socket, profiles)
     if why:
@@ -421,6 +448,8 @@ def spawn(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     if args.get("alone"):
         _alone(cwd, profiles)
     out = {"name": name, "engine": engine, "cwd": cwd, "command": command, "server": os.path.basename(socket)}
+    if extra:
+        out["args"] = extra
     out.update(pretrust(engine, cwd, list(args.get("trusted") or []), args.get("trust_file")))
     out["git"] = git_snapshot(cwd)
     folder = os.path.dirname(socket)
@@ -432,7 +461,7 @@ def spawn(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         socket,
         # Each argument escaped: tmux would end the command at one that ends in ';' (a directory `/w/semi;`).
         [tmux_arg(a) for a in ["new-session", "-d", "-P", "-F", "#{pane_id}", "-s", name, "-x", "160", "-y", "45"]]
-        + [tmux_arg(a) for a in ["-c", cwd, command]]
+        + [tmux_arg(a) for a in ["-c", cwd] + pane_command(command, extra)]
         + [";", "set-option", "-w", "remain-on-exit", "on"],
     )
     pane_id = created.strip().splitlines()[0] if created.strip() else ""
