@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from drover.api import AsyncClient, Client, Reply
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def run(op: str, args: dict[str, Any] | None = None, /, **fields: Any) -> Reply:
