@@ -725,6 +725,23 @@ def test_engine_arguments_no_argv_can_carry_are_refused_before_anything_starts(
         rspawn.engine_args("--model x")  # one string is not a list of arguments
 
 
+def test_stray_words_never_become_engine_arguments(tmux: Any, isolated: Path, monkeypatch: pytest.MonkeyPatch, cli: Any) -> None:
+    """click takes stray words for the engine's arguments whether or not `--` came first: only what follows `--`
+    may reach the engine's command line; anything else is a usage error, before anything is recorded or started."""
+    fleet = isolated / "fleet.toml"
+    fleet_with(fleet, {"demo": f'command = "{demo_template(isolated)}"'})
+    base = ["--fleet", str(fleet), "spawn", "local", "--engine", "demo", "--cwd", str(isolated), "--brief", "hi"]
+    for argv in (
+        [*base, "claude"],
+        [*base, "stray", "--", "--model", "x"],
+        ["--fleet", str(fleet), "spawn", "local", "oops", *base[3:]],
+    ):
+        res = cli(*argv)
+        assert res.code == 2 and "go after `--`" in one_line_error(res), (argv, res.err)
+    assert cli("--fleet", str(fleet), "spawns", "--json").json()["data"]["spawns"] == []
+    assert cli("--fleet", str(fleet), "ls", "--json").json()["data"]["sessions"] == []  # nothing was started
+
+
 def test_spawns_reads_the_record_backwards_and_stops_at_its_newest(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`drover spawns` parsed the whole truth file (185 MB: 1 GB of memory); it now reads from the end, parsing only
     lines that mention a spawn, and stops once it has `limit` whole spawns."""

@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
     """The program with error handling: one line per error, a documented exit code, tracebacks only with --debug."""
     args = sys.argv[1:] if argv is None else argv
     state.reset(Environment.from_process() if env is None else env)
+    state.argv = list(args)
     try:
         return _run(args)
     finally:

@@ -9,6 +9,8 @@ import typer
 from drover.cli import render
 from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, app, common, examples, finish, read_text, run
 from drover.cli.completion import complete_engines, complete_hosts
+from drover.cli.state import state
+from drover.errors import UsageError
 
 
 @app.command(
@@ -56,6 +58,14 @@ def spawn(
     template, or the built-in one), each as exactly one argument: no shell reads them.
     """
     common(fleet, actor, debug, timeout)
+    after = state.argv[state.argv.index("--") + 1 :] if "--" in state.argv else []
+    if engine_args and engine_args != after:
+        # click takes stray words for these arguments whether or not `--` came first: a word that was meant as
+        # something else (`drover spawn box-a claude ...`) must not reach the engine's command line unasked.
+        raise UsageError(
+            f"unexpected words {' '.join(w for w in engine_args if w not in after)!r}: arguments for the engine go after `--`",
+            hint="drover spawn HOST --engine E --cwd DIR --brief TEXT -- --model X",
+        )
     payload: dict[str, Any] = {
         "host": host,
         "engine": engine,

@@ -27,6 +27,7 @@ class State(threading.local):
         self.timeout: float | None = None
         self.ctx: Context | None = None
         self.env = env
+        self.argv: list[str] = []  # the words it was given, as typed (click drops a `--` from what it parses)
 
 
 state = State()
