@@ -48,7 +48,9 @@ def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
             assert isinstance(node, ast.If)
             stack.extend(node.orelse)
             continue
-        stack.extend(ast.iter_child_nodes(node))
+        # Imports are statements: only statements (and the handlers and cases that hold them) can hold one, so the
+        # walk never descends into expressions (the confusables tables are hundreds of thousands of those).
+        stack.extend(c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt | ast.excepthandler | ast.match_case))
     return found
 
 

@@ -7,6 +7,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from drover.transport import banner
 from tests.conftest import drover_process, remote_agent
 from tests.support.sshfleet import SSHFleet
@@ -18,6 +20,7 @@ def accepted(noise: bytes, patterns: list[str]) -> bool | None:
     return asyncio.run(banner.judge(noise, patterns))
 
 
+@pytest.mark.slow  # each banner is matched in a child python (drover's bound on a pattern's time)
 def test_banner_ok_accepts_exactly_what_it_matches() -> None:
     pattern = r"\*\*\* Welcome to the HPC login node \*\*\*\nUsage policy: .*"
     assert accepted(BANNER.encode(), [pattern]) is True

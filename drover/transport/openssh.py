@@ -132,6 +132,12 @@ class SSHProcess:
             # one reads, printed at exit as "Future exception was never retrieved": read it here.
             with contextlib.suppress(Exception):
                 await bounded(self.proc.stdin.wait_closed(), 1)
+        # A pipe something outside the group still holds keeps asyncio's subprocess transport open after the
+        # process is gone; closed only when collected, after its loop, it complains on stderr ("Exception ignored
+        # in BaseSubprocessTransport.__del__"). asyncio.subprocess.Process offers no close: its transport's is it.
+        transport = getattr(self.proc, "_transport", None)
+        if transport is not None:
+            transport.close()
 
 
 class OpenSSHTransport(SSHTransport):
