@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,12 @@ from tests.support.tiers import mark_slow
 # With PYTHONDONTWRITEBYTECODE set (as on the machines here), pytest would rewrite and compile every test module
 # anew on each run, which is most of the fast tier's time: the suite keeps its own compiled files.
 sys.dont_write_bytecode = False
+
+# A shell starts a background job (`bash scripts/test.sh &`, nohup, a CI runner's child) with SIGINT ignored, and
+# an ignored signal stays ignored across exec: every drover a test starts would then ignore the Ctrl-C the tests
+# send it (test_retry, test_broadcast, test_openssh_traps).  A handled signal is reset to the default at exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENS = Path(__file__).resolve().parent / "screens"
