@@ -168,6 +168,8 @@ def test_a_master_that_never_answers_is_bounded_and_named(sshfleet: SSHFleet) ->
         code, doc, _err = drover(sshfleet, "fleet", "check", "--host", "h1")
         row = doc["data"]["hosts"][0]
         assert row["master"] == "not answering" and "drover connect" not in row.get("connect", "x")
+        # Only the master failed: the row says no step past it worked (not AUTH yes, SHELL yes, PYTHON NO).
+        assert row["reachable"] is False and row["auth"] is None and row["shell"] is None, row
         human = drover_plain(sshfleet, "fleet", "check", "--host", "h1")[2]
         assert "does not answer" in human and "kill its `ssh -M` process" in human, human
     finally:

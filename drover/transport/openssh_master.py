@@ -61,6 +61,10 @@ async def master_state(ssh: OpenSSHCommand, seconds: float) -> str:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(proc.wait(), 2)
         return HUNG
+    except asyncio.CancelledError:  # the call it was asked for ended: its ssh must not wait on a hung master
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
     return UP if code == 0 else STALE
 
 

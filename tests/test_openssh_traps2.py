@@ -1,0 +1,51 @@
+"""`transport = "openssh"`, second round of traps: a stopped master's diagnosis inside the stated bound, ssh
+options in the user's config that would take drover's pipes (StdinNull, ForkAfterAuthentication), a HOME with a
+`%`, accept_new with no drover config directory, and the hints that name a master's process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Any
+
+import pytest
+
+from drover.errors import TransportError
+from tests.support.sshfleet import SSHFleet
+from tests.test_openssh import HARD_BOUND_S, close_master, open_master, use_openssh
+
+
+def test_a_stopped_masters_diagnosis_fits_inside_the_bound(sshfleet: SSHFleet, monkeypatch: Any) -> None:
+    """The master is asked whether it answers while the request still runs (in the bound's last seconds), not
+    after the request was killed at its bound: asked after, `--timeout 3` took 5 s and more."""
+    from drover.fleet import load
+    from drover.transport import openssh
+
+    use_openssh(sshfleet, "h1")
+    fleet_doc, _ = load(sshfleet.fleet_file)  # type: ignore[attr-defined]
+    transport = openssh.OpenSSHTransport("h1", fleet_doc.hosts["h1"], fleet_doc.defaults)
+    asked_while_running: list[bool] = []
+    real = openssh.master_state
+
+    async def watched(ssh: Any, seconds: float) -> str:
+        asked_while_running.append(bool(transport._running))
+        return await real(ssh, seconds)
+
+    monkeypatch.setattr(openssh, "master_state", watched)
+    pid = open_master(sshfleet, "h1")
+    try:
+        os.kill(pid, signal.SIGSTOP)
+
+        async def run() -> None:
+            try:
+                await transport.call("hello", {}, timeout=2)
+            finally:
+                await transport.close()
+
+        with pytest.raises(TransportError) as caught:
+            asyncio.run(asyncio.wait_for(run(), HARD_BOUND_S))
+        assert caught.value.code == "timeout" and "does not answer" in str(caught.value), caught.value
+        assert asked_while_running == [True], asked_while_running
+    finally:
+        close_master(sshfleet, "h1", pid)
