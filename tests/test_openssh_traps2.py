@@ -13,7 +13,8 @@ import pytest
 
 from drover.errors import TransportError
 from tests.support.sshfleet import SSHFleet
-from tests.test_openssh import HARD_BOUND_S, close_master, open_master, use_openssh
+from tests.test_openssh import HARD_BOUND_S, close_master, drover, open_master, ssh_config, use_openssh
+from tests.test_openssh_traps import with_config
 
 
 def test_a_stopped_masters_diagnosis_fits_inside_the_bound(sshfleet: SSHFleet, monkeypatch: Any) -> None:
@@ -49,3 +50,16 @@ def test_a_stopped_masters_diagnosis_fits_inside_the_bound(sshfleet: SSHFleet, m
         assert asked_while_running == [True], asked_while_running
     finally:
         close_master(sshfleet, "h1", pid)
+
+
+@pytest.mark.parametrize("line", ["StdinNull yes", "ForkAfterAuthentication yes"])
+def test_ssh_options_that_would_take_drovers_pipes_are_overridden(sshfleet: SSHFleet, line: str) -> None:
+    """`StdinNull yes` (ssh -n) fed the helper /dev/null instead of drover's request ("does a login rc file read
+    stdin?"); `ForkAfterAuthentication yes` (ssh -f) made ssh -G refuse to run.  Both are overridden."""
+    kept = with_config(sshfleet, before=f"Host h1\n    {line}\n")
+    try:
+        use_openssh(sshfleet, "h1")
+        code, doc, err = drover(sshfleet, "ls", "--host", "h1")
+        assert code == 0 and not doc["errors"], (doc, err)
+    finally:
+        ssh_config(sshfleet).write_text(kept)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import pwd
 import re
@@ -140,6 +141,23 @@ def drover_control_path() -> str:
     return str(short / "%C")
 
 
+@functools.cache
+def ssh_knows_8_7_options() -> bool:
+    """Whether this ssh knows StdinNull and ForkAfterAuthentication (OpenSSH 8.7 and later): an older one refuses
+    an option it does not know, so drover passes them only to one that knows them (asked once, with no config)."""
+    try:
+        done = subprocess.run(
+            [SSH, "-F", "/dev/null", "-o", "StdinNull=no", "-o", "ForkAfterAuthentication=no", "-G", "drover-probe"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=ssh_env(),
+            timeout=CONFIG_TIMEOUT,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
 class OpenSSHCommand:
     """The argv of every ssh drover runs for one host, from the fleet entry and the user's resolved config."""
 
@@ -167,6 +185,11 @@ class OpenSSHCommand:
             argv += ["-i", str(Path(cfg.identity).expanduser())]
         if cfg.proxy_jump:
             argv += ["-J", cfg.proxy_jump]
+        if ssh_knows_8_7_options():
+            # `ForkAfterAuthentication yes` (ssh -f) in the user's config: ssh -G refuses to run, and a call would
+            # fork away from drover's pipes; `StdinNull yes` (ssh -n) would feed the helper /dev/null, not drover's
+            # request.  Every ssh drover runs reads and answers through its own pipes.
+            argv += ["-o", "ForkAfterAuthentication=no", "-o", "StdinNull=no"]
         return argv
 
     def resolved(self, seconds: float = CONFIG_TIMEOUT) -> dict[str, str]:
