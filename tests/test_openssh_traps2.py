@@ -14,7 +14,7 @@ import pytest
 from drover.errors import TransportError
 from tests.support.sshfleet import SSHFleet
 from tests.test_openssh import HARD_BOUND_S, close_master, drover, open_master, ssh_config, use_openssh
-from tests.test_openssh_traps import with_config
+from tests.test_openssh_traps import drover_in, with_config
 
 
 def test_a_stopped_masters_diagnosis_fits_inside_the_bound(sshfleet: SSHFleet, monkeypatch: Any) -> None:
@@ -63,3 +63,20 @@ def test_ssh_options_that_would_take_drovers_pipes_are_overridden(sshfleet: SSHF
         assert code == 0 and not doc["errors"], (doc, err)
     finally:
         ssh_config(sshfleet).write_text(kept)
+
+
+def test_a_home_with_a_percent_reaches_the_host(sshfleet: SSHFleet) -> None:
+    """ssh expands `%` tokens in the ControlPath and known_hosts paths drover passes: a HOME named `p%d` put the
+    socket under the user's home directory and lost the known_hosts file (unknown_host_key).  drover's own paths
+    are written with `%%`."""
+    import shutil
+
+    home = sshfleet.root / "p%d"
+    shutil.rmtree(home, ignore_errors=True)
+    shutil.copytree(sshfleet.client_home / ".ssh", home / ".ssh")
+    use_openssh(sshfleet, "h1")
+    code, doc, err = drover_in(sshfleet, "ls", "--host", "h1", home=home)
+    assert code == 0, (doc, err)
+    code, doc, err = drover_in(sshfleet, "fleet", "check", "--host", "h1", home=home)
+    row = doc["data"]["hosts"][0]
+    assert row["ok"] and row["control_path"].startswith(f"{home}/.ssh/drover-"), row

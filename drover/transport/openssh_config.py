@@ -127,12 +127,18 @@ def user_config() -> Path | None:
     return None
 
 
+def ssh_path(path: str) -> str:
+    """A path drover built, as ssh reads it in a ControlPath, a UserKnownHostsFile or an -i: ssh expands `%`
+    tokens there, so a `%` of the path itself (a HOME named `p%d`) is written `%%`."""
+    return path.replace("%", "%%")
+
+
 def drover_control_path() -> str:
     """drover's ControlPath for hosts whose user config names none (or one too long for a socket): short enough
     for the socket limit, private to the user."""
-    path = str(Path(os.path.expanduser("~")) / ".ssh" / "drover-%C")
-    if socket_fits(path.replace("%C", "c" * 40)):
-        return path
+    ssh_dir = str(Path(os.path.expanduser("~")) / ".ssh")
+    if socket_fits(f"{ssh_dir}/drover-{'c' * 40}"):
+        return f"{ssh_path(ssh_dir)}/drover-%C"
     short = Path(f"/tmp/drover-ssh-{os.getuid()}")  # 0700 and owned by the user: checked below
     short.mkdir(mode=0o700, exist_ok=True)
     st = short.stat()
@@ -182,7 +188,7 @@ class OpenSSHCommand:
         if cfg.user:
             argv += ["-l", cfg.user]
         if cfg.identity:
-            argv += ["-i", str(Path(cfg.identity).expanduser())]
+            argv += ["-i", ssh_path(str(Path(cfg.identity).expanduser()))]
         if cfg.proxy_jump:
             argv += ["-J", cfg.proxy_jump]
         if ssh_knows_8_7_options():
@@ -283,12 +289,12 @@ class OpenSSHCommand:
         files = self.resolved().get("userknownhostsfile", "").split()
         for extra in (Path("~/.ssh/known_hosts").expanduser(), drover_known_hosts(), self.cfg.known_hosts):
             if extra is not None:
-                path = str(Path(extra).expanduser())
+                path = ssh_path(str(Path(extra).expanduser()))  # the user's own files keep their tokens
                 if path not in files:
                     files.append(path)
         if self.cfg.accept_new:
             # ssh records a key it accepts in the first file: the one the asyncssh transport records into.
-            record = str(Path(self.cfg.known_hosts).expanduser()) if self.cfg.known_hosts else str(drover_known_hosts())
+            record = ssh_path(str(Path(self.cfg.known_hosts).expanduser()) if self.cfg.known_hosts else str(drover_known_hosts()))
             files = [record, *(f for f in files if f != record)]
         quoted = " ".join(f'"{f}"' if " " in f else f for f in files)
         return ["-o", f"UserKnownHostsFile={quoted}"]
