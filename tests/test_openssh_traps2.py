@@ -80,3 +80,38 @@ def test_a_home_with_a_percent_reaches_the_host(sshfleet: SSHFleet) -> None:
     code, doc, err = drover_in(sshfleet, "fleet", "check", "--host", "h1", home=home)
     row = doc["data"]["hosts"][0]
     assert row["ok"] and row["control_path"].startswith(f"{home}/.ssh/drover-"), row
+
+
+def test_accept_new_pins_the_key_with_no_drover_config_directory(sshfleet: SSHFleet) -> None:
+    """With no ~/.config/drover (a fleet file given by --fleet), ssh could not record an accepted key ("Failed to
+    add the host"), went on, and every later call accepted any key.  drover makes the directory (0700) first;
+    the key is recorded where the asyncssh transport then finds it."""
+    import shutil
+
+    from drover.transport.host_keys import drover_known_hosts
+
+    _trusted, fresh = sshfleet.spare
+    entry = f'ssh = "{fresh}"\nport = {sshfleet.port}\nuser = "{sshfleet.user}"\nidentity = "{sshfleet.client_key}"\n'
+    use_openssh(sshfleet, extra=f'[hosts.new]\n{entry}transport = "openssh"\naccept_new = true\n')
+    shutil.rmtree(drover_known_hosts().parent, ignore_errors=True)
+    code, doc, err = drover(sshfleet, "ls", "--host", "new")
+    assert code == 0 and not doc["errors"], (doc, err)
+    assert f"[{fresh}]:{sshfleet.port}" in drover_known_hosts().read_text()
+    assert drover_known_hosts().parent.stat().st_mode & 0o077 == 0
+    # asyncssh, without accept_new, trusts the key openssh pinned: the two transports agree.
+    text = sshfleet.fleet_file.read_text()  # type: ignore[attr-defined]
+    sshfleet.fleet_file.write_text(text.replace('transport = "openssh"\naccept_new = true\n', ""))  # type: ignore[attr-defined]
+    code, doc, err = drover(sshfleet, "ls", "--host", "new")
+    assert code == 0 and not doc["errors"], (doc, err)
+
+
+def test_a_key_ssh_could_not_record_is_a_failure() -> None:
+    """ssh says "Failed to add the host" and goes on: drover makes that a host_key failure, never silence."""
+    from drover.fleet import HostConfig
+    from drover.transport.openssh_config import OpenSSHCommand
+
+    ssh = OpenSSHCommand("new", HostConfig(accept_new=True, known_hosts="/nonexistent-dir/kh"), 5)
+    said = "Warning: Permanently added '[127.0.1.22]:2222' (ED25519) to the list of known hosts.\n"
+    assert ssh.unrecorded(said) is None
+    failed = ssh.unrecorded("Failed to add the host to the list of known hosts (/x/known_hosts).\n")
+    assert failed is not None and failed.code == "host_key" and "could not record" in failed.message

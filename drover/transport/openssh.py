@@ -216,6 +216,9 @@ class OpenSSHTransport(SSHTransport):
         try:
             # The connect happens inside the process: its bound is added to the request's.
             answer, noise = await bounded(work(), bound, on_timeout=lambda: self._kill_all(procs))
+            unrecorded = self.ssh.unrecorded(procs[0].stderr())
+            if unrecorded is not None:
+                raise unrecorded
         except TimeoutError:
             raise await self._timed_out(op, self.connect_timeout + timeout, procs, watch) from None
         except HelperGone:
@@ -264,6 +267,9 @@ class OpenSSHTransport(SSHTransport):
                     answer = await helper.answer()
                 finally:
                     self.busy -= 1
+                unrecorded = self.ssh.unrecorded(helper.stderr())
+                if unrecorded is not None:
+                    raise unrecorded  # not kept: every later request on it would ride an unpinned key
                 if not self.retiring:
                     self._procs.append(helper)
                     kept = True

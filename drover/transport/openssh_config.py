@@ -294,10 +294,45 @@ class OpenSSHCommand:
                     files.append(path)
         if self.cfg.accept_new:
             # ssh records a key it accepts in the first file: the one the asyncssh transport records into.
-            record = ssh_path(str(Path(self.cfg.known_hosts).expanduser()) if self.cfg.known_hosts else str(drover_known_hosts()))
+            record = ssh_path(str(self.ready_to_record()))
             files = [record, *(f for f in files if f != record)]
         quoted = " ".join(f'"{f}"' if " " in f else f for f in files)
         return ["-o", f"UserKnownHostsFile={quoted}"]
+
+    def _record_file(self) -> Path:
+        return Path(self.cfg.known_hosts).expanduser() if self.cfg.known_hosts else drover_known_hosts()
+
+    def ready_to_record(self) -> Path:
+        """accept_new's known_hosts file, its directory made (0700) if missing: ssh cannot record into a missing
+        directory, says "Failed to add the host" and carries on -- then every later call accepts any key."""
+        path = self._record_file()
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            writable = os.access(path if path.exists() else path.parent, os.W_OK)
+        except OSError:
+            writable = False
+        if not writable:
+            raise TransportError(
+                f"accept_new is set for {self.host}, but its key cannot be recorded in {path}: drover will not "
+                "accept a key it cannot pin",
+                host=self.host,
+                code=P.HOST_KEY,
+                hint=f"make {path} (and its directory) writable, or set known_hosts under [hosts.{self.host}]",
+            )
+        return path
+
+    def unrecorded(self, stderr: str) -> TransportError | None:
+        """ssh accepted a new key and could not record it (it says so and goes on): a failure, never silence."""
+        if "Failed to add the host" not in stderr:
+            return None
+        said = next(line for line in stderr.splitlines() if "Failed to add the host" in line)
+        return TransportError(
+            f"ssh accepted {self.host}'s new host key but could not record it ({said.strip()}); the request ran, "
+            "but no later call would verify this host",
+            host=self.host,
+            code=P.HOST_KEY,
+            hint=f"make {self._record_file()} writable, then run the command again",
+        )
 
     def _strict(self) -> list[str]:
         if self.cfg.accept_new:
