@@ -376,10 +376,13 @@ def _master_line(row: dict[str, Any]) -> None:
     elif state is None:
         err().print(Text(f"{host}: OpenSSH master unknown: {row.get('master_error')}"), style="yellow")
     elif state == "not answering":  # `drover connect` refuses to open another while this one holds the socket
+        from drover.transport.openssh_master import find_master
+
         err().print(
             Text(
                 f"{host}: the OpenSSH master at {row.get('control_path')} accepts but does not answer (stopped or "
-                f"wedged): kill its `ssh -M` process (`ssh -O exit` cannot reach it), then `drover connect {host}`"
+                f"wedged): kill its process (`{find_master(str(row.get('control_path')))}` finds it; `ssh -O exit` "
+                f"cannot reach it), then `drover connect {host}`"
             ),
             style="yellow",
         )

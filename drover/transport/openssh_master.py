@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
+import shlex
 import signal
 import stat
 import subprocess
@@ -22,12 +24,19 @@ from drover.transport.openssh_config import OpenSSHCommand, die_with_drover, soc
 UP, DOWN, STALE, HUNG = "up", "down", "stale", "not answering"
 
 
+def find_master(socket: str) -> str:
+    """A pgrep that finds the master on `socket`: one kept by ControlPersist (every `drover connect` opens one)
+    renames itself `ssh: SOCKET [mux]`, so its `-M` is nowhere in what pgrep sees."""
+    return "pgrep -af " + shlex.quote(re.escape(socket) + r" \[mux\]|ssh.* -M")
+
+
 def master_fix(ssh: OpenSSHCommand) -> str:
     """What to do about a master that accepts and never answers: `drover connect` refuses to open another while it
     holds the socket, and `ssh -O exit` goes through that same socket, unanswered."""
     return (
-        f"end that master: kill its `ssh -M` process (`pgrep -af 'ssh.* -M'`; SIGKILL if it is stopped) -- `ssh -O "
-        f"exit` goes through the socket it does not answer on -- then `drover connect {ssh.host}` opens a new one"
+        f"end that master: kill its process (`{find_master(ssh.control_socket())}` finds it; SIGKILL if it is "
+        f"stopped) -- `ssh -O exit` goes through the socket it does not answer on -- then `drover connect "
+        f"{ssh.host}` opens a new one"
     )
 
 
