@@ -386,6 +386,8 @@ def _master_line(row: dict[str, Any]) -> None:
             ),
             style="yellow",
         )
+    elif row.get("master_blocked"):  # something `drover connect` refuses to remove: it cannot open one there
+        err().print(Text(f"{host}: no OpenSSH master: {row['master_blocked']}"), style="yellow")
     elif row.get("ok"):  # the login worked without one (a key, a Kerberos ticket): a master would only be faster
         out().print(Text(f"{host}: no OpenSSH master ({state}); logins work without one; `drover connect {host}` opens one"))
     else:

@@ -82,6 +82,9 @@ async def describe(ssh: OpenSSHCommand, seconds: float) -> dict[str, Any]:
     await asyncio.to_thread(ssh.resolved, seconds)
     state = await master_state(ssh, seconds)
     row: dict[str, Any] = {"master": state, "control_path": ssh.control_socket(), "connect": ssh.connect_line()}
+    blocked = not_drovers_to_remove(ssh, row["control_path"]) if state == STALE else None
+    if blocked:
+        row["master_blocked"] = f"{blocked} ({BLOCKED_FIX})"
     user = ssh.user_control_path()
     if user and not socket_fits(user):
         row["control_path_note"] = (
@@ -92,22 +95,29 @@ async def describe(ssh: OpenSSHCommand, seconds: float) -> dict[str, Any]:
     return row
 
 
+BLOCKED_FIX = "move it away, or point ControlPath (in ~/.ssh/config) somewhere else"
+
+
+def not_drovers_to_remove(ssh: OpenSSHCommand, path: str) -> str | None:
+    """What is at the ControlPath when it is not a socket of this user's (which `drover connect` refuses to
+    remove): said by fleet check too, which must not offer `drover connect` for it."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.getuid():
+        return None
+    what = "a socket of another user" if stat.S_ISSOCK(st.st_mode) else "not a socket"
+    return f"the ControlPath {path} for {ssh.host} is {what}: drover will not remove it to open a master there"
+
+
 def remove_dead_socket(ssh: OpenSSHCommand, path: str) -> None:
     """ssh -M refuses to replace an existing socket ("already exists, disabling multiplexing") and would open a
     master nobody can reach: a dead master's socket goes first.  Only a socket of this user's: anything else at
     the ControlPath (a file of theirs, a symlink, another user's socket) is not drover's to delete."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
-        what = "a socket of another user" if stat.S_ISSOCK(st.st_mode) else "not a socket"
-        raise TransportError(
-            f"the ControlPath {path} for {ssh.host} is {what}: drover will not remove it to open a master there",
-            host=ssh.host,
-            code=P.NO_MASTER,
-            hint="move it away, or point ControlPath (in ~/.ssh/config) somewhere else",
-        )
+    blocked = not_drovers_to_remove(ssh, path)
+    if blocked:
+        raise TransportError(blocked, host=ssh.host, code=P.NO_MASTER, hint=BLOCKED_FIX)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
 
