@@ -13,7 +13,15 @@ import pytest
 
 from drover.errors import TransportError
 from tests.support.sshfleet import SSHFleet
-from tests.test_openssh import HARD_BOUND_S, close_master, drover, open_master, ssh_config, use_openssh
+from tests.test_openssh import (
+    HARD_BOUND_S,
+    close_master,
+    drover,
+    drover_plain,
+    open_master,
+    ssh_config,
+    use_openssh,
+)
 from tests.test_openssh_traps import drover_in, with_config
 
 
@@ -115,3 +123,10 @@ def test_a_key_ssh_could_not_record_is_a_failure() -> None:
     assert ssh.unrecorded(said) is None
     failed = ssh.unrecorded("Failed to add the host to the list of known hosts (/x/known_hosts).\n")
     assert failed is not None and failed.code == "host_key" and "could not record" in failed.message
+
+
+def test_a_host_name_that_does_not_resolve_is_not_sent_to_drover_connect(sshfleet: SSHFleet) -> None:
+    """fleet check for a name ssh cannot resolve said `open it with drover connect nope`, which fails the same."""
+    use_openssh(sshfleet, extra='[hosts.nope]\nssh = "no-such-host.invalid"\ntransport = "openssh"\n')
+    _code, out, err = drover_plain(sshfleet, "fleet", "check", "--host", "nope")
+    assert "resolve" in out + err and "drover connect nope" not in out + err, (out, err)

@@ -388,6 +388,8 @@ def _master_line(row: dict[str, Any]) -> None:
         )
     elif row.get("master_blocked"):  # something `drover connect` refuses to remove: it cannot open one there
         err().print(Text(f"{host}: no OpenSSH master: {row['master_blocked']}"), style="yellow")
+    elif (row.get("error") or {}).get("code") in _UNREACHED:  # no login even began: a master cannot help
+        err().print(Text(f"{host}: no OpenSSH master ({state}); ssh does not reach the host, so a master cannot help yet"))
     elif row.get("ok"):  # the login worked without one (a key, a Kerberos ticket): a master would only be faster
         out().print(Text(f"{host}: no OpenSSH master ({state}); logins work without one; `drover connect {host}` opens one"))
     else:
@@ -397,6 +399,10 @@ def _master_line(row: dict[str, Any]) -> None:
         )
     if row.get("control_path_note"):
         err().print(Text(f"{host}: {row['control_path_note']}"), style="yellow")
+
+
+# Codes for a host ssh never reached (no name, nothing listening, no route): `drover connect` would fail the same.
+_UNREACHED = {"dns", "connection_refused", "unreachable", "connect_timeout", "proxy_jump_failed"}
 
 
 def waited(data: dict[str, Any]) -> None:
