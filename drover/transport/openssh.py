@@ -330,9 +330,11 @@ class OpenSSHTransport(SSHTransport):
 
         async def late() -> str | None:
             check = min(MASTER_CHECK_S, bound / 2)
+            if check < 1:  # too short for ssh -O check on a loaded machine: a healthy master would look hung
+                return None
             await asyncio.sleep(bound - check)
             try:
-                return await master_state(self.ssh, check * 0.75)
+                return await master_state(self.ssh, check * 0.9)
             except DroverError:  # ssh -G cannot say which socket: nothing to blame on a master
                 return None
 
