@@ -60,6 +60,35 @@ def test_a_stopped_masters_diagnosis_fits_inside_the_bound(sshfleet: SSHFleet, m
         close_master(sshfleet, "h1", pid)
 
 
+def test_a_timeout_with_no_time_to_ask_the_master_blames_neither(sshfleet: SSHFleet, monkeypatch: Any) -> None:
+    """When the bound leaves no time to ask the master, the timeout names neither host nor master as the one that
+    hung, and says which command tells."""
+    from drover.fleet import load
+    from drover.transport import openssh
+
+    use_openssh(sshfleet, "h1")
+    fleet_doc, _ = load(sshfleet.fleet_file)  # type: ignore[attr-defined]
+    transport = openssh.OpenSSHTransport("h1", fleet_doc.hosts["h1"], fleet_doc.defaults)
+    monkeypatch.setattr(openssh, "MASTER_CHECK_S", 0.5)  # under the 1 s a trusted check needs
+    pid = open_master(sshfleet, "h1")
+    try:
+        os.kill(pid, signal.SIGSTOP)
+
+        async def run() -> None:
+            try:
+                await transport.call("hello", {}, timeout=1)
+            finally:
+                await transport.close()
+
+        with pytest.raises(TransportError) as caught:
+            asyncio.run(asyncio.wait_for(run(), HARD_BOUND_S))
+        error = caught.value
+        assert error.code == "timeout" and "the host or its master did not answer" in error.message, error
+        assert "drover fleet check --host h1" in (error.hint or ""), error.hint
+    finally:
+        close_master(sshfleet, "h1", pid)
+
+
 @pytest.mark.parametrize("line", ["StdinNull yes", "ForkAfterAuthentication yes"])
 def test_ssh_options_that_would_take_drovers_pipes_are_overridden(sshfleet: SSHFleet, line: str) -> None:
     """`StdinNull yes` (ssh -n) fed the helper /dev/null instead of drover's request ("does a login rc file read
