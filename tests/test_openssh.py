@@ -161,15 +161,21 @@ def test_a_master_that_never_answers_is_bounded_and_named(sshfleet: SSHFleet) ->
         error = doc["errors"][0]
         assert error["code"] == "timeout" and "master" in error["message"], error
         # `drover connect` refuses to open another while this one holds the socket: the hint says to end it.
-        assert "kill its `ssh -M` process" in error["hint"], error
+        assert "kill its process" in error["hint"], error
+        # The pgrep the hint gives finds the master: a ControlPersist one shows as `ssh: SOCKET [mux]`.
+        pgrep = re.search(r"`(pgrep -af [^`]+)` finds it", error["hint"]).group(1)  # type: ignore[union-attr]
+        found = subprocess.run(pgrep, shell=True, capture_output=True, text=True).stdout
+        assert str(pid) in found.split(), (pgrep, found)
         # Every ssh drover started is gone (its process group killed at the bound): none is left on the socket.
         path = control_path(sshfleet, "h1")
         assert not _processes_with(path), "an ssh of drover's outlived its bound"
         code, doc, _err = drover(sshfleet, "fleet", "check", "--host", "h1")
         row = doc["data"]["hosts"][0]
         assert row["master"] == "not answering" and "drover connect" not in row.get("connect", "x")
+        # Only the master failed: the row says no step past it worked (not AUTH yes, SHELL yes, PYTHON NO).
+        assert row["reachable"] is False and row["auth"] is None and row["shell"] is None, row
         human = drover_plain(sshfleet, "fleet", "check", "--host", "h1")[2]
-        assert "does not answer" in human and "kill its `ssh -M` process" in human, human
+        assert "does not answer" in human and "kill its process (`pgrep -af" in human, human
     finally:
         close_master(sshfleet, "h1", pid)
 

@@ -142,6 +142,9 @@ def test_drover_connect_removes_only_a_dead_socket_of_the_users(sshfleet: SSHFle
         code, _out, err = drover_plain(sshfleet, "connect", "h1")
         assert code != 0 and f"{precious} for h1 is not a socket" in err, err
         assert precious.read_text() == "my notes\n"
+        # fleet check says what connect says, and offers no `drover connect` that would refuse.
+        _code, out, err = drover_plain(sshfleet, "fleet", "check", "--host", "h1")
+        assert f"{precious} for h1 is not a socket" in err and "drover connect h1" not in out + err, (out, err)
     finally:
         ssh_config(sshfleet).write_text(kept)
         close_master(sshfleet, "h1")

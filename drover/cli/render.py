@@ -376,13 +376,20 @@ def _master_line(row: dict[str, Any]) -> None:
     elif state is None:
         err().print(Text(f"{host}: OpenSSH master unknown: {row.get('master_error')}"), style="yellow")
     elif state == "not answering":  # `drover connect` refuses to open another while this one holds the socket
+        from drover.transport.openssh_master import find_master
+
         err().print(
             Text(
                 f"{host}: the OpenSSH master at {row.get('control_path')} accepts but does not answer (stopped or "
-                f"wedged): kill its `ssh -M` process (`ssh -O exit` cannot reach it), then `drover connect {host}`"
+                f"wedged): kill its process (`{find_master(str(row.get('control_path')))}` finds it; `ssh -O exit` "
+                f"cannot reach it), then `drover connect {host}`"
             ),
             style="yellow",
         )
+    elif row.get("master_blocked"):  # something `drover connect` refuses to remove: it cannot open one there
+        err().print(Text(f"{host}: no OpenSSH master: {row['master_blocked']}"), style="yellow")
+    elif (row.get("error") or {}).get("code") in _UNREACHED:  # no login even began: a master cannot help
+        err().print(Text(f"{host}: no OpenSSH master ({state}); ssh does not reach the host, so a master cannot help yet"))
     elif row.get("ok"):  # the login worked without one (a key, a Kerberos ticket): a master would only be faster
         out().print(Text(f"{host}: no OpenSSH master ({state}); logins work without one; `drover connect {host}` opens one"))
     else:
@@ -392,6 +399,10 @@ def _master_line(row: dict[str, Any]) -> None:
         )
     if row.get("control_path_note"):
         err().print(Text(f"{host}: {row['control_path_note']}"), style="yellow")
+
+
+# Codes for a host ssh never reached (no name, nothing listening, no route): `drover connect` would fail the same.
+_UNREACHED = {"dns", "connection_refused", "unreachable", "connect_timeout", "proxy_jump_failed"}
 
 
 def waited(data: dict[str, Any]) -> None:

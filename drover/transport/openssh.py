@@ -140,6 +140,10 @@ class SSHProcess:
             transport.close()
 
 
+# The last seconds of a call's bound, in which the master is asked whether it answers (for the timeout's message).
+MASTER_CHECK_S = 2.0
+
+
 class OpenSSHTransport(SSHTransport):
     """The asyncssh transport's contract (and answer checks) over the system ssh.  `helpers` > 0 is persistent
     mode (the daemon's): up to that many ssh processes, each with a live helper, kept and reused."""
@@ -201,6 +205,7 @@ class OpenSSHTransport(SSHTransport):
         argv, bound = await self._argv(self.connect_timeout + timeout)
         request = self._request(op, args)
         procs: list[SSHProcess] = []
+        watch = self._watch_master(bound)
 
         async def work() -> tuple[dict[str, Any], bytes]:
             proc = await self._start(argv)
@@ -211,11 +216,15 @@ class OpenSSHTransport(SSHTransport):
         try:
             # The connect happens inside the process: its bound is added to the request's.
             answer, noise = await bounded(work(), bound, on_timeout=lambda: self._kill_all(procs))
+            unrecorded = self.ssh.unrecorded(procs[0].stderr())
+            if unrecorded is not None:
+                raise unrecorded
         except TimeoutError:
-            raise await self._timed_out(op, self.connect_timeout + timeout, procs) from None
+            raise await self._timed_out(op, self.connect_timeout + timeout, procs, watch) from None
         except HelperGone:
             raise await self._gone(op, procs[0]) from None
         finally:
+            watch.cancel()
             for proc in procs:
                 self._running.discard(proc)
                 await proc.reap()
@@ -236,6 +245,7 @@ class OpenSSHTransport(SSHTransport):
         request = self._request(op, args)
         holder: list[SSHProcess] = []
         kept = False
+        watch = self._watch_master(bound)
 
         async def ask() -> tuple[dict[str, Any], bytes]:
             nonlocal kept
@@ -257,6 +267,9 @@ class OpenSSHTransport(SSHTransport):
                     answer = await helper.answer()
                 finally:
                     self.busy -= 1
+                unrecorded = self.ssh.unrecorded(helper.stderr())
+                if unrecorded is not None:
+                    raise unrecorded  # not kept: every later request on it would ride an unpinned key
                 if not self.retiring:
                     self._procs.append(helper)
                     kept = True
@@ -270,10 +283,11 @@ class OpenSSHTransport(SSHTransport):
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
             raise
         except TimeoutError:
-            raise await self._timed_out(op, full, holder) from None
+            raise await self._timed_out(op, full, holder, watch) from None
         except HelperGone:
             raise await self._gone(op, holder[0]) from None
         finally:
+            watch.cancel()
             if not kept:
                 self._kill_all(holder)  # failed or cancelled mid-request: its next answer would belong to nobody
         return await self._data(answer, noise)
@@ -309,16 +323,43 @@ class OpenSSHTransport(SSHTransport):
             hint=f"open it (once, with your second factor): `drover connect {self.host}`",
         )
 
-    async def _timed_out(self, op: str, seconds: float, procs: list[SSHProcess]) -> TransportError:
-        """The bound passed: blamed on the master only when it is the master that does not answer (asked once,
-        briefly); a helper that hung on the host, or a slow connect, is said as such."""
+    def _watch_master(self, bound: float) -> asyncio.Future[str | None]:
+        """The master's state, asked in the call's last seconds: a timeout's diagnosis fits inside its bound (asked
+        after it, a stopped master added seconds to a `--timeout` a script relies on).  Cancelled when the call
+        ends first."""
+
+        async def late() -> str | None:
+            check = min(MASTER_CHECK_S, bound / 2)
+            if check < 1:  # too short for ssh -O check on a loaded machine: a healthy master would look hung
+                return None
+            await asyncio.sleep(bound - check)
+            try:
+                return await master_state(self.ssh, check * 0.9)
+            except DroverError:  # ssh -G cannot say which socket: nothing to blame on a master
+                return None
+
+        watch = asyncio.ensure_future(late())
+        watch.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return watch
+
+    async def _timed_out(
+        self, op: str, seconds: float, procs: list[SSHProcess], watch: asyncio.Future[str | None]
+    ) -> TransportError:
+        """The bound passed: blamed on the master only when it is the master that does not answer (as asked in the
+        bound's last seconds); a helper that hung on the host, or a slow connect, is said as such; when the master
+        could not be asked in time, neither is blamed."""
         for proc in procs:
             await proc.reap()
         said = f"no answer to {op} through ssh within {seconds:g}s (the request may still complete there)"
-        try:
-            state = await master_state(self.ssh, 2)
-        except DroverError:  # ssh -G cannot say which socket: nothing to blame on a master
-            state = None
+        state = watch.result() if watch.done() and not watch.cancelled() and watch.exception() is None else None
+        watch.cancel()
+        if state is None:
+            return TransportError(
+                f"{said}: the host or its master did not answer within {seconds:g}s",
+                host=self.host,
+                code=P.REQUEST_TIMEOUT,
+                hint=f"`drover fleet check --host {self.host}` tells which; a larger --timeout for slow hosts",
+            )
         if state == HUNG:
             return TransportError(
                 f"{said}: the master at {self.ssh.control_socket()} accepts connections but does not answer "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import pwd
 import re
@@ -126,18 +127,41 @@ def user_config() -> Path | None:
     return None
 
 
+def ssh_path(path: str) -> str:
+    """A path drover built, as ssh reads it in a ControlPath, a UserKnownHostsFile or an -i: ssh expands `%`
+    tokens there, so a `%` of the path itself (a HOME named `p%d`) is written `%%`."""
+    return path.replace("%", "%%")
+
+
 def drover_control_path() -> str:
     """drover's ControlPath for hosts whose user config names none (or one too long for a socket): short enough
     for the socket limit, private to the user."""
-    path = str(Path(os.path.expanduser("~")) / ".ssh" / "drover-%C")
-    if socket_fits(path.replace("%C", "c" * 40)):
-        return path
+    ssh_dir = str(Path(os.path.expanduser("~")) / ".ssh")
+    if socket_fits(f"{ssh_dir}/drover-{'c' * 40}"):
+        return f"{ssh_path(ssh_dir)}/drover-%C"
     short = Path(f"/tmp/drover-ssh-{os.getuid()}")  # 0700 and owned by the user: checked below
     short.mkdir(mode=0o700, exist_ok=True)
     st = short.stat()
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise TransportError(f"{short} is not a private directory of this user: drover will not put ssh sockets there")
     return str(short / "%C")
+
+
+@functools.cache
+def ssh_knows_8_7_options() -> bool:
+    """Whether this ssh knows StdinNull and ForkAfterAuthentication (OpenSSH 8.7 and later): an older one refuses
+    an option it does not know, so drover passes them only to one that knows them (asked once, with no config)."""
+    try:
+        done = subprocess.run(
+            [SSH, "-F", "/dev/null", "-o", "StdinNull=no", "-o", "ForkAfterAuthentication=no", "-G", "drover-probe"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=ssh_env(),
+            timeout=CONFIG_TIMEOUT,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 class OpenSSHCommand:
@@ -164,9 +188,14 @@ class OpenSSHCommand:
         if cfg.user:
             argv += ["-l", cfg.user]
         if cfg.identity:
-            argv += ["-i", str(Path(cfg.identity).expanduser())]
+            argv += ["-i", ssh_path(str(Path(cfg.identity).expanduser()))]
         if cfg.proxy_jump:
             argv += ["-J", cfg.proxy_jump]
+        if ssh_knows_8_7_options():
+            # `ForkAfterAuthentication yes` (ssh -f) in the user's config: ssh -G refuses to run, and a call would
+            # fork away from drover's pipes; `StdinNull yes` (ssh -n) would feed the helper /dev/null, not drover's
+            # request.  Every ssh drover runs reads and answers through its own pipes.
+            argv += ["-o", "ForkAfterAuthentication=no", "-o", "StdinNull=no"]
         return argv
 
     def resolved(self, seconds: float = CONFIG_TIMEOUT) -> dict[str, str]:
@@ -260,15 +289,50 @@ class OpenSSHCommand:
         files = self.resolved().get("userknownhostsfile", "").split()
         for extra in (Path("~/.ssh/known_hosts").expanduser(), drover_known_hosts(), self.cfg.known_hosts):
             if extra is not None:
-                path = str(Path(extra).expanduser())
+                path = ssh_path(str(Path(extra).expanduser()))  # the user's own files keep their tokens
                 if path not in files:
                     files.append(path)
         if self.cfg.accept_new:
             # ssh records a key it accepts in the first file: the one the asyncssh transport records into.
-            record = str(Path(self.cfg.known_hosts).expanduser()) if self.cfg.known_hosts else str(drover_known_hosts())
+            record = ssh_path(str(self.ready_to_record()))
             files = [record, *(f for f in files if f != record)]
         quoted = " ".join(f'"{f}"' if " " in f else f for f in files)
         return ["-o", f"UserKnownHostsFile={quoted}"]
+
+    def _record_file(self) -> Path:
+        return Path(self.cfg.known_hosts).expanduser() if self.cfg.known_hosts else drover_known_hosts()
+
+    def ready_to_record(self) -> Path:
+        """accept_new's known_hosts file, its directory made (0700) if missing: ssh cannot record into a missing
+        directory, says "Failed to add the host" and carries on -- then every later call accepts any key."""
+        path = self._record_file()
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            writable = os.access(path if path.exists() else path.parent, os.W_OK)
+        except OSError:
+            writable = False
+        if not writable:
+            raise TransportError(
+                f"accept_new is set for {self.host}, but its key cannot be recorded in {path}: drover will not "
+                "accept a key it cannot pin",
+                host=self.host,
+                code=P.HOST_KEY,
+                hint=f"make {path} (and its directory) writable, or set known_hosts under [hosts.{self.host}]",
+            )
+        return path
+
+    def unrecorded(self, stderr: str) -> TransportError | None:
+        """ssh accepted a new key and could not record it (it says so and goes on): a failure, never silence."""
+        if "Failed to add the host" not in stderr:
+            return None
+        said = next(line for line in stderr.splitlines() if "Failed to add the host" in line)
+        return TransportError(
+            f"ssh accepted {self.host}'s new host key but could not record it ({said.strip()}); the request ran, "
+            "but no later call would verify this host",
+            host=self.host,
+            code=P.HOST_KEY,
+            hint=f"make {self._record_file()} writable, then run the command again",
+        )
 
     def _strict(self) -> list[str]:
         if self.cfg.accept_new:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
+import shlex
 import signal
 import stat
 import subprocess
@@ -22,12 +24,19 @@ from drover.transport.openssh_config import OpenSSHCommand, die_with_drover, soc
 UP, DOWN, STALE, HUNG = "up", "down", "stale", "not answering"
 
 
+def find_master(socket: str) -> str:
+    """A pgrep that finds the master on `socket`: one kept by ControlPersist (every `drover connect` opens one)
+    renames itself `ssh: SOCKET [mux]`, so its `-M` is nowhere in what pgrep sees."""
+    return "pgrep -af " + shlex.quote(re.escape(socket) + r" \[mux\]|ssh.* -M")
+
+
 def master_fix(ssh: OpenSSHCommand) -> str:
     """What to do about a master that accepts and never answers: `drover connect` refuses to open another while it
     holds the socket, and `ssh -O exit` goes through that same socket, unanswered."""
     return (
-        f"end that master: kill its `ssh -M` process (`pgrep -af 'ssh.* -M'`; SIGKILL if it is stopped) -- `ssh -O "
-        f"exit` goes through the socket it does not answer on -- then `drover connect {ssh.host}` opens a new one"
+        f"end that master: kill its process (`{find_master(ssh.control_socket())}` finds it; SIGKILL if it is "
+        f"stopped) -- `ssh -O exit` goes through the socket it does not answer on -- then `drover connect "
+        f"{ssh.host}` opens a new one"
     )
 
 
@@ -61,6 +70,10 @@ async def master_state(ssh: OpenSSHCommand, seconds: float) -> str:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(proc.wait(), 2)
         return HUNG
+    except asyncio.CancelledError:  # the call it was asked for ended: its ssh must not wait on a hung master
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
     return UP if code == 0 else STALE
 
 
@@ -69,6 +82,9 @@ async def describe(ssh: OpenSSHCommand, seconds: float) -> dict[str, Any]:
     await asyncio.to_thread(ssh.resolved, seconds)
     state = await master_state(ssh, seconds)
     row: dict[str, Any] = {"master": state, "control_path": ssh.control_socket(), "connect": ssh.connect_line()}
+    blocked = not_drovers_to_remove(ssh, row["control_path"]) if state == STALE else None
+    if blocked:
+        row["master_blocked"] = f"{blocked} ({BLOCKED_FIX})"
     user = ssh.user_control_path()
     if user and not socket_fits(user):
         row["control_path_note"] = (
@@ -79,22 +95,29 @@ async def describe(ssh: OpenSSHCommand, seconds: float) -> dict[str, Any]:
     return row
 
 
+BLOCKED_FIX = "move it away, or point ControlPath (in ~/.ssh/config) somewhere else"
+
+
+def not_drovers_to_remove(ssh: OpenSSHCommand, path: str) -> str | None:
+    """What is at the ControlPath when it is not a socket of this user's (which `drover connect` refuses to
+    remove): said by fleet check too, which must not offer `drover connect` for it."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.getuid():
+        return None
+    what = "a socket of another user" if stat.S_ISSOCK(st.st_mode) else "not a socket"
+    return f"the ControlPath {path} for {ssh.host} is {what}: drover will not remove it to open a master there"
+
+
 def remove_dead_socket(ssh: OpenSSHCommand, path: str) -> None:
     """ssh -M refuses to replace an existing socket ("already exists, disabling multiplexing") and would open a
     master nobody can reach: a dead master's socket goes first.  Only a socket of this user's: anything else at
     the ControlPath (a file of theirs, a symlink, another user's socket) is not drover's to delete."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
-        what = "a socket of another user" if stat.S_ISSOCK(st.st_mode) else "not a socket"
-        raise TransportError(
-            f"the ControlPath {path} for {ssh.host} is {what}: drover will not remove it to open a master there",
-            host=ssh.host,
-            code=P.NO_MASTER,
-            hint="move it away, or point ControlPath (in ~/.ssh/config) somewhere else",
-        )
+    blocked = not_drovers_to_remove(ssh, path)
+    if blocked:
+        raise TransportError(blocked, host=ssh.host, code=P.NO_MASTER, hint=BLOCKED_FIX)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
 
