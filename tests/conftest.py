@@ -29,6 +29,10 @@ sys.dont_write_bytecode = False
 # send it (test_retry, test_broadcast, test_openssh_traps).  A handled signal is reset to the default at exec.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# nohup ignores SIGHUP the same way, and test_openssh_traps hangs a drover up.  A handler that does nothing keeps
+# the suite itself running through a hang-up, as nohup meant, while its children get the default again at exec.
+if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, lambda *_: None)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENS = Path(__file__).resolve().parent / "screens"
