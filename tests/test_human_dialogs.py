@@ -114,7 +114,7 @@ def test_the_start_up_dialog_is_left_to_its_person(lab: ClaudeLab) -> None:
     # The dialog is still up, unanswered, and nothing reached Claude.
     stays(lambda: NUDGE in s.screen() and s.status() == "waiting", 1.0, "the dialog staying up")
     assert s.peer_messages() == [] and user_settings(lab) == {"defaultMode": "acceptEdits"}
-    # Its person closes it: then the message goes, and Claude takes it.
+    # Its person closes it (Esc: "No, keep accept edits", theirs to choose): then the message goes, and Claude takes it.
     lab.tmux("send-keys", "-t", s.pane, "Escape")
     wait_for(lambda: NUDGE not in s.screen() and s.status() == "idle", 30, what="the dialog closed by its person")
     after = send(s.name, "now that the dialog is closed")
