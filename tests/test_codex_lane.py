@@ -252,6 +252,32 @@ def test_an_approval_dialog_is_left_alone_and_the_message_runs_after_it(
 
 
 @pytest.mark.slow
+def test_a_menu_open_in_the_tui_is_left_alone_and_the_message_runs_beside_it(
+    lab: CodexLab, seen: None, cli: Callable[..., CliResult]
+) -> None:
+    """Measured (docs/lanes.md): `codex queue` into an idle thread whose TUI shows /model's menu runs the message as
+    a turn of the app-server's and never answers the menu -- so the queue lane sends there, and texts built to look
+    like the menu's answers are only words in the turn."""
+    s = start(lab, "q-menu")
+    s.paste("/model")
+    s.wait_screen(r"^› /model")
+    s.keys("Enter")
+    menu = s.wait_screen(r"Select Model and Effort")
+    assert [line for line in menu.splitlines() if line.startswith("› ")][-1].startswith("› 1. ")
+    config = (lab.codex_home / "config.toml").read_text()
+    code, data = send(cli, f"local:{s.pane}", "2")  # the menu's second choice, were it typed
+    assert code == 0 and (data["outcome"], data["lane"]) == ("delivered", "queue"), data
+    wait_for(lambda: any(ENVELOPE_OPEN.format(id=data["id"]) in m for m in s.user_messages()), 30, "the message's turn")
+    # The menu is still up, its cursor where it was, the model not changed: the person's choice is still to make.
+    stays(lambda: "Select Model and Effort" in s.screen(), 1.0, "the menu staying up")
+    assert [line for line in s.screen().splitlines() if line.startswith("› ")][-1].startswith("› 1. ")
+    assert (lab.codex_home / "config.toml").read_text() == config
+    s.keys("Escape")  # its person closes it
+    s.wait_screen(r"Select Model and Effort", absent=True)
+    s.wait_idle()
+
+
+@pytest.mark.slow
 def test_oversized_text_is_refused_before_anything_runs(lab: CodexLab, seen: None, cli: Callable[..., CliResult]) -> None:
     s = start(lab, "q-big")
     turns = len(lab.turns())

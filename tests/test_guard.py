@@ -18,6 +18,7 @@ CAPTURES = {
     "claude-apikey-dialog.txt": ("claude", "dialog"),
     "claude-busy.txt": ("claude", "busy"),
     "claude-held-message-dialog.txt": ("claude", "dialog"),
+    "claude-real-auto-mode-dialog.txt": ("claude", "dialog"),  # 2.1.328 at start-up, its person's default mode set
     "claude-idle.txt": ("claude", "idle"),
     "claude-not-logged-in-idle.txt": ("claude", "idle"),
     "claude-trust-dialog.txt": ("claude", "dialog"),

@@ -12,8 +12,9 @@ op, so they never disagree about who is waiting.
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import discovery
+from . import claude, discovery, tmux
 from .discovery import Profiles, Session
+from .protocol import HelperError
 from .screen import classify
 
 WAITING = "waiting"  # Claude's registry says so
@@ -75,6 +76,45 @@ def waiting_on_human(session: Session, profiles: Profiles) -> Tuple[Optional[str
             return DROVER_TEXT, reason, _pane_since(session), "pane_activity"
         return DRAFT, "draft in the input", _pane_since(session), "pane_activity"
     return None, None, None, None
+
+
+# What Claude Code holds safely while it waits on its human, by its registry's `waitingFor`: a message sent then
+# waits in its queue, the dialog stays up and its person's answer stays theirs.  Measured on 2.1.328 (docs/lanes.md):
+# a tool's permission prompt (7 of 7 messages held, "1", "y", "1\r" among them; Esc still declined the tool) and
+# the held-message dialog (it says "permission prompt" too: a second message was held behind the first).  Any other
+# wait -- "dialog open" is Claude's word for the start-up "Make auto mode your default?" dialog (dismissed, not
+# answered, by 4 of 4 messages) and for /model's menu (which held them) alike -- is not told apart, so refused.
+CLAUDE_HOLDS_WHILE = ("permission prompt",)
+
+
+def inbox_blocked(session: Session, profiles: Profiles) -> Optional[Dict[str, Any]]:
+    """Why a message through Claude's inbox must not go now -- {"kind", "reason"} -- or None.
+
+    The last look before the line is written, so it is taken fresh: Claude's own record as it is on disk now, the
+    pane's screen now.  The record decides first: a wait Claude holds messages through (CLAUDE_HOLDS_WHILE) is
+    Claude's to handle, whatever the screen shows (its prompt is on it); any other wait is refused.  A record that
+    says idle or busy with a dialog on the pane's screen (drawn before Claude says so: 14-48 ms after its record went
+    idle, measured at start-up) is refused too.  A session with no pane: the record alone.  A person's draft in
+    the box is no reason here: the inbox never types into it."""
+    rec = session.get("_record") or {}
+    now = claude.record_now(rec) if rec else None
+    fresh = dict(session)
+    if now is not None:
+        fresh["state"] = "waiting" if now.get("status") == "waiting" else str(now.get("status") or "unknown")
+        fresh["waiting_for"] = now.get("waitingFor")
+    pane = discovery.pane_of(session)
+    fresh["_screen"] = ""
+    if pane and not pane.get("dead") and pane.get("socket") and pane.get("id"):
+        try:
+            fresh["_screen"] = tmux.capture(pane["socket"], pane["id"])
+        except HelperError:
+            pass  # no screen to read: the record decides
+    if fresh.get("state") == "waiting" and fresh.get("waiting_for") in CLAUDE_HOLDS_WHILE:
+        return None
+    kind, reason, _since, _source = waiting_on_human(fresh, profiles)
+    if kind in (WAITING, DIALOG):
+        return {"kind": kind, "reason": reason}
+    return None
 
 
 def row(session: Session, profiles: Profiles) -> Dict[str, Any]:

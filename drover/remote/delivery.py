@@ -4,7 +4,7 @@ and what the text looks like when it leaves (neutralised, and enveloped for agen
 
 from typing import Any, Dict, Optional, Tuple
 
-from . import claude, codex_queue, inbox, tmux_lane, verify
+from . import attention, claude, codex_queue, inbox, tmux_lane, verify
 from . import protocol as P
 from .discovery import Profiles, Session, brief, find, pane_of, public
 from .protocol import HelperError
@@ -162,7 +162,8 @@ def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         if "inbox" not in session["lanes"]:
             raise _no_lane(session, "inbox", "only Claude Code sessions whose registry names an inbox socket have one")
         base = dict(evidence, session=public(session), declared_mode=mode)
-        outcome = inbox.deliver(session, lambda reply: envelope(body, actor, mode, from_addr=reply), args, base)
+        guard = lambda: human_busy(session, profiles)  # noqa: E731 - looked at right before the write
+        outcome = inbox.deliver(session, lambda reply: envelope(body, actor, mode, from_addr=reply), args, base, guard)
         return verified(session, _unusable(outcome), args)
     if lane == "queue" or (lane == "auto" and native == "queue"):
         if "queue" not in session["lanes"]:
@@ -177,6 +178,24 @@ def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     if pane is None:
         raise HelperError(P.BAD_LANE, "%s has no tmux pane to paste into" % brief(session))
     return verified(session, _paste(session, pane, body, actor, mode, args, profiles), args)
+
+
+WAITS_ON_HUMAN = (
+    "refused: %s waits on its human (%s). A message through its inbox now could dismiss what they are answering "
+    '(measured: Claude Code drops its start-up "Make auto mode your default?" dialog for a message), so nothing was '
+    "sent; Claude holds messages itself only at a permission prompt or a held-message dialog. Send again once they "
+    "have answered it (`drover wait` on %s `--until idle` waits for that)"
+)
+
+
+def human_busy(session: Session, profiles: Profiles) -> Optional[Dict[str, Any]]:
+    """The inbox lane's refusal when its human is in the middle of a dialog Claude does not hold messages through
+    (attention.inbox_blocked: Claude's own record and the pane's screen, looked at now), else None."""
+    blocked = attention.inbox_blocked(session, profiles)
+    if blocked is None:
+        return None
+    detail = WAITS_ON_HUMAN % (brief(session), blocked["reason"], session.get("name") or session["id"])
+    return {"outcome": P.REFUSED, "code": P.WAITING_ON_HUMAN, "detail": detail, "human": blocked, "state": session["state"]}
 
 
 def verified(session: Session, outcome: Dict[str, Any], args: Dict[str, Any]) -> Dict[str, Any]:

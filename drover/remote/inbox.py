@@ -226,8 +226,16 @@ def receipt_outcome(receipt: Dict[str, Any]) -> Tuple[str, str, str]:
     return P.DELIVERED, "receipt %r%s" % (status, suffix), str(status)
 
 
-def deliver(session: Dict[str, Any], content: Callable[[str], str], args: Dict[str, Any], base: Dict[str, Any]) -> Dict[str, Any]:
-    """Send content(reply_address) -- the envelope, which names our reply socket -- and read the receipt."""
+def deliver(
+    session: Dict[str, Any],
+    content: Callable[[str], str],
+    args: Dict[str, Any],
+    base: Dict[str, Any],
+    guard: Optional[Callable[[], Optional[Dict[str, Any]]]] = None,
+) -> Dict[str, Any]:
+    """Send content(reply_address) -- the envelope, which names our reply socket -- and read the receipt.
+
+    `guard`: the last look before the line is written; a refusal it returns is the outcome, and nothing is sent."""
     rec = session["_record"]
     with ReplySocket(rec["messagingSocketPath"]) as reply:
         # The client picks the id and records it before sending, so a crash after this line leaves a message that
@@ -255,6 +263,10 @@ def deliver(session: Dict[str, Any], content: Callable[[str], str], args: Dict[s
             return dict(base, outcome=P.REFUSED, code=P.TOO_LARGE, detail=detail)
         # Watching begins before the line leaves: Claude may write its record before send_line returns.
         watch = verify.PeerWatch(session, msg_id)
+        # As late as it can be: a dialog Claude draws after this look and before the write is the window left open.
+        refused = guard() if guard is not None else None
+        if refused is not None:
+            return dict(base, **refused)
         started = time.monotonic()
         failed = send_line(rec, line)
         if failed is not None:

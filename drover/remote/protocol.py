@@ -104,7 +104,7 @@ NOT_FOREGROUND = "not_foreground"
 THREAD_NOT_LOADED = "thread_not_loaded"
 EXEC_THREAD = "exec_thread"
 THREAD_ERROR = "thread_error"
-WAITING_ON_HUMAN = "waiting_on_human"  # a broadcast skipped it, a nudge refused it: a dialog, Claude's waiting, a draft
+WAITING_ON_HUMAN = "waiting_on_human"  # skipped by a broadcast, refused by a nudge or the inbox: a dialog, a wait, a draft
 # Refusals by drover's limits and policy
 TOO_LARGE = "too_large"
 DUPLICATE = "duplicate"

@@ -52,6 +52,11 @@ DIALOG_LOOKS = 2
 # A Claude screen that is idle with no registry record for this long is taken as ready (an older Claude that
 # keeps no registry); the record normally follows the idle screen within a second.
 CLAUDE_RECORD_GRACE_S = 8.0
+# A Claude is briefed only once its record has said idle, with no dialog on its screen, for this long: at start-up
+# its record goes idle before a dialog it is about to show is drawn (the "Make auto mode your default?" dialog,
+# measured on 2.1.328: drawn 14-48 ms after the record said idle, its record saying `waiting` 7-26 ms later), and a
+# brief sent into that gap dismisses the dialog.  Twenty times the widest gap measured, for a loaded machine.
+CLAUDE_SETTLE_S = 1.0
 
 
 def fill(template: str, cwd: str, name: str) -> str:
@@ -360,6 +365,7 @@ def wait_ready(
     deadline = time.monotonic() + timeout
     dialogs = 0
     idle_since = None  # type: Optional[float]
+    settled_since = None  # type: Optional[float]
     screen, seen = "", {"state": "unknown", "reason": "nothing on screen yet"}  # type: str, Dict[str, Any]
     while True:
         try:
@@ -384,8 +390,13 @@ def wait_ready(
         seen = classify(screen, profile)
         if engine == "claude":
             found = _claude_session(pane_id, server, profiles)
-            if found is not None and found.get("state") == "idle":
-                return {"state": "ready", "reason": "Claude reports idle", "session": found, "tail": _tail(screen)}
+            if found is not None and found.get("state") == "idle" and seen["state"] != "dialog":
+                settled_since = settled_since or time.monotonic()
+                if time.monotonic() - settled_since >= CLAUDE_SETTLE_S:
+                    reason = "Claude reports idle, with no dialog on its screen for %gs" % CLAUDE_SETTLE_S
+                    return {"state": "ready", "reason": reason, "session": found, "tail": _tail(screen)}
+            else:
+                settled_since = None
         dialogs = dialogs + 1 if seen["state"] == "dialog" else 0
         if dialogs >= DIALOG_LOOKS:
             return {"state": "waiting", "reason": seen["reason"], "session": None, "tail": _tail(screen)}
