@@ -235,6 +235,7 @@ def test_local_by_pane_found_by_name_and_back_through_every_path(tmux: Tmux, cli
     # Both panes share a directory: the nudge is refused, and recorded with the session it resolved to.
     nudge = cli("nudge", "local:worker-3", "a nudge", "--json").json()["data"]
     assert nudge["code"] == "shared_cwd", nudge
+    assert "pin" not in accepted(isolated, nudge["id"])["options"]  # named, never a send `drover retry` would finish
     nudged = nudge["id"]
     worker.wait_idle()
     stranger.wait_idle()
@@ -307,3 +308,18 @@ def test_over_ssh_by_pane_found_by_name_on_that_host_only(sshfleet: SSHFleet, is
     assert log_ids(cli, "worker-3") == [*mine, there]
     identity = accepted(isolated, mine[0])["options"]["session"]["identity"]
     assert log_ids(cli, f"h1:{identity}") == mine and log_ids(cli, f"h2:{identity}") == []
+
+
+def test_a_send_killed_after_its_accepted_event_is_pending_under_every_spelling(tmux: Tmux, cli: Any) -> None:
+    """kill -9 between the accepted event and the delivery: what the record holds of the session was written
+    ahead, so `log --pending --target` finds it by the pane, the pid or the name it was not addressed by."""
+    from tests.conftest import drover_process
+
+    worker = tmux.agent("worker-3")
+    killed = drover_process("send", f"local:{worker.id}", "cut short", env={"DROVER_FAULT": "after_accept"})
+    assert killed.code == -9, killed
+    for typed in ("worker-3", str(worker.pid), f"default/{worker.id}"):
+        res = cli("log", "--pending", "--target", typed, "--json")
+        assert res.code == 0, res.err
+        assert [m["text"] for m in res.json()["data"]["messages"]] == ["cut short"], typed
+    assert worker.messages() == []

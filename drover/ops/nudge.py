@@ -164,11 +164,13 @@ def _decided(
     ctx: Context, base: dict[str, Any], text: str, outcome: dict[str, Any], resolved: dict[str, Any] | None = None
 ) -> Result:
     """A nudge that did not go: recorded as a message (accepted + outcome, one write) with its reason.  With
-    `resolved` (the live session the name resolved to), its spellings are recorded as a send records them."""
+    `resolved` (the live session the name resolved to), its spellings are recorded as a send records them: only
+    `options.session`, never the `identity` and `pin` the limits count by and `drover retry` would deliver to (a
+    nudge refused as unsafe is not a send to finish later)."""
     recorded = {k: v for k, v in outcome.items() if k != "error_class"}
     options: dict[str, Any] = {"nudge": True}
     if resolved is not None:
-        options.update(identity=resolved.get("identity"), pin=resolved.get("pin"), session=session_of(resolved))
+        options["session"] = session_of(resolved)
     msg_id, _ = ctx.truth.accept(
         actor=base["actor"],
         host=base["host"],
