@@ -323,3 +323,32 @@ def test_a_send_killed_after_its_accepted_event_is_pending_under_every_spelling(
         assert res.code == 0, res.err
         assert [m["text"] for m in res.json()["data"]["messages"]] == ["cut short"], typed
     assert worker.messages() == []
+
+
+def test_real_claude_a_reused_name_is_told_apart_by_id_prefix_and_identity(claude_lab: Any, cli: Any) -> None:
+    import subprocess
+
+    first = claude_lab.start("worker-3")
+    mine = []
+    for target in (f"local:{first.pane}", "local:worker-3", f"local:{first.session_id[:8]}"):
+        res = cli("send", target, f"to {target}", "--json")
+        assert res.code == 0 and res.json()["data"]["lane"] == "inbox", res.err
+        mine.append(res.json()["data"]["id"])
+    subprocess.run([*claude_lab.prefix, "kill-session", "-t", "worker-3"], capture_output=True, timeout=10)
+
+    def claudes() -> list[dict[str, Any]]:
+        return [s for s in cli("ls", "--json").json()["data"]["sessions"] if s["engine"] == "claude"]
+
+    wait_for(lambda: not claudes(), what="the first worker-3 gone")
+    second = claude_lab.start("worker-3")
+    assert second.session_id != first.session_id
+    res = cli("send", "local:worker-3", "to the newcomer", "--json")
+    assert res.code == 0, res.err
+    theirs = [res.json()["data"]["id"]]
+    assert log_ids(cli, "worker-3") == log_ids(cli, "local:worker-3") == mine + theirs
+    for typed in (first.session_id, first.session_id[:8], f"claude:{first.session_id}", str(first.pid)):
+        assert log_ids(cli, typed) == mine, typed
+    for typed in (second.session_id[:8], f"claude:{second.session_id}"):
+        assert log_ids(cli, typed) == theirs, typed
+    # The tmux server went with the first one's last session: the new one's pane is %0 again, and both bore it.
+    assert log_ids(cli, second.pane) == (mine + theirs if second.pane == first.pane else theirs)
