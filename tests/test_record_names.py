@@ -60,7 +60,14 @@ def found(truth: TruthFile, target: str, host: str | None = None) -> list[str]:
 
 
 @pytest.fixture
-def truth(isolated: Path) -> TruthFile:
+def truth(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> TruthFile:
+    """The record; its index must be right on its own, never caught lying by the file and dropped (the answer
+    would still be right, from the rebuilt index, and hide the lie)."""
+
+    def lied(_truth: Any) -> None:
+        raise AssertionError("the index named a message the file does not match")
+
+    monkeypatch.setattr(truth_index, "_drop", lied)
     return TruthFile(isolated / "home")
 
 
@@ -130,13 +137,23 @@ def test_old_records_without_options_session_are_found_by_what_they_hold(truth: 
     assert found(truth, "webapp") == found(truth, "%5") == found(truth, "default/%5") == [nudge]
 
 
+def test_a_pending_message_is_found_by_what_its_accepted_event_holds(truth: TruthFile) -> None:
+    """No outcome yet (its sender was killed): the pid, written as a number, and an id prefix still find it."""
+    resolved = claude(A, "worker-3", 4242)
+    options = {"identity": resolved["identity"], "pin": A, "session": session_of(resolved)}
+    msg, _ = truth.accept(actor="c", host="local", target="%3", text="cut short", options=options)
+    for typed in ("4242", A[:8], "worker-3", "default/%3", f"claude:{A}"):
+        assert found(truth, typed) == [msg], typed
+
+
 def test_a_redirected_message_is_found_under_the_old_name_and_the_new(truth: TruthFile) -> None:
     msg = sent(truth, "ocean", pane("%9", "ocean-3", 77), redirected_from="local:ocean")
     assert found(truth, "ocean") == found(truth, "ocean-3") == found(truth, "%9") == [msg]
 
 
 def test_only_the_newest_outcome_names_the_session_in_the_index_as_in_the_scan(truth: TruthFile) -> None:
-    """A retry's outcome names another session than the first did: the index forgets the first one's names."""
+    """A retry's outcome names another session than the first did: the index forgets the first one's names (it is
+    right, not caught lying by the file and rebuilt: the fixture fails a test whose index is dropped)."""
     msg, _ = truth.accept(actor="c", host="local", target="t", text="x", options={})
     truth.outcome(msg, {"outcome": "failed", "indeterminate": True, "session": {"id": "%1", "name": "first"}})
     assert found(truth, "first") == [msg]  # the index is built here, with the first outcome
@@ -148,9 +165,9 @@ def test_an_index_of_the_old_format_is_rebuilt_not_trusted(truth: TruthFile) -> 
     msg = sent(truth, "%3", pane("%3", "worker-3", 4242))
     assert found(truth, "worker-3") == [msg]
     index = truth.home / truth_index.INDEX
-    with sqlite3.connect(index) as conn:  # as the format before `names` left it: covering the file, no names
-        conn.execute("UPDATE meta SET v = ? WHERE k = 'format'", (truth_index.FORMAT - 1,))
-        conn.execute("DELETE FROM names")
+    with sqlite3.connect(index) as conn:  # as format 1 (before `names`) left it: covering the file, no names table
+        conn.execute("UPDATE meta SET v = 1 WHERE k = 'format'")
+        conn.execute("DROP TABLE names")
     assert found(truth, "worker-3") == [msg]
     with sqlite3.connect(index) as conn:
         assert conn.execute("SELECT v FROM meta WHERE k = 'format'").fetchone() == (truth_index.FORMAT,)
