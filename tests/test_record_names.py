@@ -256,9 +256,14 @@ def test_local_by_pane_found_by_name_and_back_through_every_path(tmux: Tmux, cli
     nudged = nudge["id"]
     worker.wait_idle()
     stranger.wait_idle()
+    drafting = tmux.agent("worker-5")
+    drafting.tmux("send-keys", "-t", drafting.id, "-l", "half a thought of my own")
+    wait_for(lambda: "half a thought" in drafting.screen(), what="the draft on screen")
     cast = cli("broadcast", "--host", "local", "--name", "worker-*", "to all", "--json")
-    assert cast.code == 0, cast.err
     casts = {r["session"]["name"]: r["id"] for r in cast.json()["data"]["messages"]}
+    assert {r["session"]["name"]: r["outcome"] for r in cast.json()["data"]["messages"]}["worker-5"] == "skipped"
+    # Skipped (a person's draft): recorded as refused, with the session it was for, by any spelling.
+    assert log_ids(cli, "worker-5") == log_ids(cli, drafting.id) == log_ids(cli, str(drafting.pid)) == [casts["worker-5"]]
     mine = [by_pane, by_name, nudged, casts["worker-3"]]
     session = accepted(isolated, casts["worker-3"])["options"]["session"]
     assert session["identity"] == f"tmux:default/{worker.id}@{worker.pid}" and session["pane"] == worker.id
@@ -369,3 +374,62 @@ def test_real_claude_a_reused_name_is_told_apart_by_id_prefix_and_identity(claud
         assert log_ids(cli, typed) == theirs, typed
     # The tmux server went with the first one's last session: the new one's pane is %0 again, and both bore it.
     assert log_ids(cli, second.pane) == (mine + theirs if second.pane == first.pane else theirs)
+
+
+def test_writers_and_readers_at_once_leave_true_names_in_the_index(isolated: Path) -> None:
+    """Two senders append messages to two sessions while two readers ask by name through the index (each catching
+    it up): afterwards every spelling finds, from the index, exactly what the scan finds."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.conftest import ROOT
+
+    home = isolated / "home"
+    truth = TruthFile(home)
+    truth.append({"event": "start", "ts": 1.0})
+    writer = textwrap.dedent(
+        """
+        import sys
+        from pathlib import Path
+        from drover.record import session_of
+        from drover.truth import TruthFile
+        t = TruthFile(Path(sys.argv[1]))
+        me = sys.argv[2]
+        sid = me * 8 + "-1111-4222-8333-444455556666"
+        resolved = {"session": {"id": sid, "name": "w-" + me, "pid": 4000 + ord(me), "pane": "%" + me},
+                    "identity": "claude:" + sid, "pin": sid}
+        for n in range(120):
+            options = {"identity": resolved["identity"], "pin": sid, "session": session_of(resolved)}
+            mid, _ = t.accept(actor=me, host="local", target=("%" + me) if n % 2 else "w-" + me, text="x" * n, options=options)
+            if n % 5:
+                t.outcome(mid, {"outcome": "delivered", "session": {"id": sid, "name": "w-" + me}})
+        """
+    )
+    reader = textwrap.dedent(
+        """
+        import sys
+        from pathlib import Path
+        from drover import truth_query
+        from drover.truth import TruthFile
+        truth_query.SCAN_BUDGET = 0
+        t = TruthFile(Path(sys.argv[1]))
+        for n in range(30):
+            for typed, whose in (("w-a", "a"), ("bbbbbbbb", "b"), ("%a", "a"), ("4098", "b")):  # 4000 + ord("b")
+                found = t.query(100000, target=typed)
+                assert all(m.actor == whose for m in found.messages), typed
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", writer, str(home), me], env=env) for me in ("a", "b")]
+    procs += [subprocess.Popen([sys.executable, "-c", reader, str(home)], env=env) for _ in range(2)]
+    for p in procs:
+        p.wait(timeout=240)
+    assert [p.returncode for p in procs] == [0, 0, 0, 0]
+    for me in ("a", "b"):
+        sid = me * 8 + "-1111-4222-8333-444455556666"
+        want = found(truth, f"w-{me}")
+        assert len(want) == 120
+        for typed in (f"%{me}", sid[:8], sid, f"claude:{sid}", str(4000 + ord(me))):
+            assert found(truth, typed) == want, typed
