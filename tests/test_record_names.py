@@ -184,12 +184,13 @@ def test_spawns_by_any_spelling(truth: TruthFile, cli: Any) -> None:
     spawn("spawn_1", "worker-3", "%3", 1001)
     spawn("spawn_2", "worker-3", "%4", 2002)
 
-    def ids(target: str) -> list[str]:
-        res = cli("spawns", "--target", target, "--json")
+    def ids(target: str, *more: str) -> list[str]:
+        res = cli("spawns", "--target", target, *more, "--json")
         assert res.code == 0, res.err
         return [r["spawn_id"] for r in res.json()["data"]["spawns"]]
 
     assert ids("worker-3") == ids("local:worker-3") == ["spawn_1", "spawn_2"]
+    assert ids("local:%3", "--host", "local") == ["spawn_1"] and ids("local:%3", "--host", "elsewhere") == []
     assert ids(A[:8]) == ids(f"claude:{A}") == ids("%3") == ids("1001") == ids("default/%3") == ["spawn_1"]
     assert ids(B) == ids("local:%4") == ["spawn_2"]
     assert ids("worker") == ids(A[:7]) == []

@@ -135,10 +135,8 @@ def spawns(
     common(fleet, actor, debug)
     payload: dict[str, Any] = {"host": host, "parent": parent, "limit": limit}
     if target is not None:
-        t = recorded_target(target)
-        payload["target"] = t.id
-        if t.named_host:
-            payload["host"] = t.host
+        t = recorded_target(target)  # checked here (an unknown host is exit 6); the op reads HOST: again
+        payload["target"] = str(t) if t.named_host else t.id
     doc = run("sessions.spawns", payload)
     finish(doc, as_json, show_spawns)
 

@@ -379,12 +379,12 @@ async def sessions_spawns(ctx: Context, req: SpawnsRequest) -> Result:
     complete = True
     from drover.hostsets import matcher
 
-    host, target = req.host, req.target
-    if target and ":" in target and host is None:  # HOST:ID, as drover log reads it
+    target, target_host = req.target, None
+    if target and ":" in target:  # HOST:ID, as drover log reads it (with --host as well: both must hold)
         head, rest = target.split(":", 1)
         if head in ctx.fleet.host_names():
-            host, target = head, rest
-    on_host = matcher([host]) if host else None  # the record's hosts: no fleet check (as drover log)
+            target_host, target = head, rest
+    on_host = matcher([req.host]) if req.host else None  # the record's hosts: no fleet check (as drover log)
     for ev in ctx.truth.backward(stats, skip=lambda raw: b'"spawn' not in raw):
         kind, sid = ev.get("event"), ev.get("id")
         if not isinstance(sid, str) or not isinstance(kind, str) or not kind.startswith("spawn"):
@@ -400,7 +400,7 @@ async def sessions_spawns(ctx: Context, req: SpawnsRequest) -> Result:
             continue
         if req.parent and not _parent_matches(row, req.parent):
             continue
-        if target and not spawn_matches(target, row):
+        if target and not (spawn_matches(target, row) and target_host in (None, row.get("host"))):
             continue
         if len(rows) == req.limit:
             complete = False  # one more than asked for: there are more
