@@ -205,7 +205,7 @@ def id_time_range(prefix: str) -> tuple[float, float] | None:
 
 # -- a session's spellings: finding its messages by any name it had ---------------------------------------------
 # What `options.session` holds: the resolved session, named every way a user may type it.
-SESSION_KEYS = ("identity", "id", "name", "pane", "pid", "server", "engine", "target")
+SESSION_KEYS = ("identity", "id", "name", "pane", "pid", "server", "engine", "target", "thread")
 # A session id by its prefix (what `drover ls` shows): 8 or more hex digits, as the host's resolve has it.
 ID_PREFIX = re.compile(r"^[0-9a-f]{8}[0-9a-f-]*$")
 
@@ -235,7 +235,7 @@ def _add_session(names: set[str], ids: set[str], session: Any) -> None:
     if not isinstance(session, dict):
         return
     server = session.get("server") if isinstance(session.get("server"), str) else None
-    for key in ("identity", "id", "name", "pane", "pid", "target"):
+    for key in ("identity", "id", "name", "pane", "pid", "target", "thread"):
         value = session.get(key)
         if value.__class__ is int:
             value = str(value)
@@ -244,7 +244,7 @@ def _add_session(names: set[str], ids: set[str], session: Any) -> None:
         names.add(value)
         if server and (key in ("pane", "target") or (key == "id" and value.startswith("%"))):
             names.add(f"{server}/{value}")  # as a pin spells a pane: SERVER/%3
-        if key == "id" and not value.startswith("%"):
+        if (key == "id" and not value.startswith("%")) or key == "thread":  # a Codex pane's thread is an id too
             ids.add(value)
         if key == "identity":
             _add_identity(names, ids, value)

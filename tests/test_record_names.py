@@ -83,6 +83,15 @@ def test_every_spelling_of_a_resolved_session_names_it_and_nothing_else_does() -
         assert not names_match(typed, names, ids), typed
 
 
+def test_a_codex_panes_thread_names_it_by_its_id_and_a_prefix() -> None:
+    resolved = pane("%2", "api", 77)
+    resolved["session"].update(engine="codex", thread="019a5c2e-7b1d-7e3a-9c4f-0a1b2c3d4e5f")
+    names, ids = spellings({"target": "api", "options": {"session": session_of(resolved)}})
+    for typed in ("019a5c2e-7b1d-7e3a-9c4f-0a1b2c3d4e5f", "019a5c2e", "%2", "default/%2", "77", "tmux:default/%2@77"):
+        assert names_match(typed, names, ids), typed
+    assert not names_match("019a5c2", names, ids)
+
+
 def test_a_target_typed_to_look_like_an_id_is_matched_only_as_typed() -> None:
     """A failed send to `aaaabbbb1234` (no session had it) is no message of the session whose id it prefixes."""
     names, ids = spellings({"target": A[:8] + "1234", "options": {}}, None)
