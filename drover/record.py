@@ -201,3 +201,118 @@ def id_time_range(prefix: str) -> tuple[float, float] | None:
     shift = 4 * (12 - len(digits))
     value = int(digits, 16)
     return (value << shift) / 1000.0, ((value + 1) << shift) / 1000.0
+
+
+# -- a session's spellings: finding its messages by any name it had ---------------------------------------------
+# What `options.session` holds: the resolved session, named every way a user may type it.
+SESSION_KEYS = ("identity", "id", "name", "pane", "pid", "server", "engine", "target", "thread")
+# A session id by its prefix (what `drover ls` shows): 8 or more hex digits, as the host's resolve has it.
+ID_PREFIX = re.compile(r"^[0-9a-f]{8}[0-9a-f-]*$")
+
+
+def session_of(resolved: dict[str, Any]) -> dict[str, Any]:
+    """`options.session` from a host's resolve answer ({session, identity, pin, ...}): the session's identity and
+    every spelling of it the answer gives.  A pane session's id is its pane."""
+    found = resolved.get("session")
+    session: dict[str, Any] = found if isinstance(found, dict) else {}
+    out: dict[str, Any] = {"identity": resolved.get("identity")}
+    for key in SESSION_KEYS[1:]:
+        value = session.get(key)
+        if isinstance(value, (str, int)) and value.__class__ is not bool and value != "":
+            out[key] = value
+    if "pane" not in out and isinstance(out.get("id"), str) and out["id"].startswith("%"):
+        out["pane"] = out["id"]
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _strip_host(value: str) -> str:
+    """`HOST:REF` as drover writes `addressed` and `redirected_from` -> REF."""
+    return value.split(":", 1)[1] if ":" in value else value
+
+
+def _add_session(names: set[str], ids: set[str], session: Any) -> None:
+    """The spellings of one recorded session (options.session, or an outcome's session brief)."""
+    if not isinstance(session, dict):
+        return
+    server = session.get("server") if isinstance(session.get("server"), str) else None
+    for key in ("identity", "id", "name", "pane", "pid", "target", "thread"):
+        value = session.get(key)
+        if value.__class__ is int:
+            value = str(value)
+        if not isinstance(value, str) or not value:
+            continue
+        names.add(value)
+        if server and (key in ("pane", "target") or (key == "id" and value.startswith("%"))):
+            names.add(f"{server}/{value}")  # as a pin spells a pane: SERVER/%3
+        if (key == "id" and not value.startswith("%")) or key == "thread":  # a Codex pane's thread is an id too
+            ids.add(value)
+        if key == "identity":
+            _add_identity(names, ids, value)
+
+
+def _add_identity(names: set[str], ids: set[str], identity: str) -> None:
+    """claude:ID / codex:ID -> the id (prefixable); tmux:SERVER/%N@PID -> SERVER/%N."""
+    kind, _, rest = identity.partition(":")
+    if not rest:
+        return
+    if kind in ("claude", "codex"):
+        names.add(rest)
+        ids.add(rest)
+    elif kind == "tmux":
+        where = rest.rsplit("@", 1)[0]
+        names.add(where)
+
+
+def spellings(acc: dict[str, Any], out: dict[str, Any] | None = None) -> tuple[set[str], set[str]]:
+    """Every name a message's session answers to, from its accepted event (`acc`) and its latest outcome (`out`):
+    (names, matched exactly; ids, matched also by a prefix of 8+ hex characters).
+
+    From the accepted event: the target as it was addressed, `options.session` (what its resolution gave), and
+    what older records hold (`options.identity`, `pin`, a nudge's `addressed`, a handoff's `redirected_from`);
+    from the outcome: the session it names.  Only ids a resolution gave are prefixable: a target typed to look
+    like an id is matched only as it was typed."""
+    names: set[str] = set()
+    ids: set[str] = set()
+    target = acc.get("target")
+    if isinstance(target, str) and target:
+        names.add(target)
+    options = acc.get("options")
+    if isinstance(options, dict):
+        _add_session(names, ids, options.get("session"))
+        for key in ("identity", "pin", "addressed", "redirected_from"):
+            value = options.get(key)
+            if not isinstance(value, str) or not value:
+                continue
+            if key == "identity":
+                names.add(value)
+                _add_identity(names, ids, value)
+            elif key == "pin":
+                names.add(value)
+            else:
+                names.add(_strip_host(value))
+    if isinstance(out, dict):
+        _add_session(names, ids, out.get("session"))
+    return names, ids
+
+
+def names_match(query: str, names: set[str], ids: set[str]) -> bool:
+    """Does `query` (what the user typed, without its HOST:) name a session with these spellings?  Exactly, or
+    as a prefix (8+ hex characters) of one of its ids."""
+    if query in names:
+        return True
+    return bool(ID_PREFIX.match(query)) and any(i.startswith(query) for i in ids)
+
+
+def message_matches(query: str, m: Message) -> bool:
+    """`names_match` over a folded message (its accepted fields and its latest outcome's session)."""
+    acc = {"target": m.target, "options": m.options}
+    return names_match(query, *spellings(acc, {"session": m.session}))
+
+
+def spawn_matches(query: str, row: dict[str, Any]) -> bool:
+    """`names_match` over a spawn folded from its events (drover/ops/spawn.py `fold`): the name it was asked for
+    and the session it became (id, name, pane, pid, identity)."""
+    names: set[str] = set()
+    ids: set[str] = set()
+    _add_session(names, ids, row)
+    return names_match(query, names, ids)

@@ -51,6 +51,19 @@ def parse(value: str, fleet: Fleet) -> Target:
     return Target(LOCAL, value, False)
 
 
+# How an identity begins (drover/remote/discovery.py `identity`): `claude:ID`, `codex:ID`, `tmux:SERVER/%N@PID`.
+IDENTITY_KINDS = ("claude", "codex", "tmux")
+
+
+def parse_recorded(value: str, fleet: Fleet) -> Target:
+    """HOST:ID as `drover log --target` and `spawns --target` take it: as `parse`, except that a session's identity
+    (`claude:…`) with no host before it names that session on any host, not an unknown host `claude`."""
+    head, sep, _rest = value.partition(":")
+    if sep and head in IDENTITY_KINDS and head not in fleet.host_names():
+        return Target(LOCAL, value, False)
+    return parse(value, fleet)
+
+
 def check_engine(fleet: Fleet, engine: str | None) -> None:
     """An engine to filter or check by must be one drover knows (built in, or an [engines.NAME] or [spawn.NAME] of
     the fleet): `--engine claud` would match nothing and say so only as an empty answer.  A usage error (exit 2),

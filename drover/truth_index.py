@@ -1,8 +1,9 @@
 """An index beside the truth file, for the filters a backward scan answers slowly: `drover log --pending`,
 `--actor`, `--target`, `--host`, `--outcome` whose matches are few and far back (or none, so that the scan reads
 the whole file).  `truth.index` (SQLite, from the stdlib) holds, per accepted event, its offset in the file, its
-id, time, actor, host, target and latest outcome; the offsets of the outcome lines folded into it; the offsets of
-malformed lines.  It is a cache of the file, never the record:
+id, time, actor, host, target and latest outcome; every spelling of its session (`names`: the target as
+addressed, `options.session`, the latest outcome's session; drover/record.py `spellings`); the offsets of the
+outcome lines folded into it; the offsets of malformed lines.  It is a cache of the file, never the record:
 
 - it covers the file up to `upto`, stored with the file's inode and digests of the DIGEST_SPAN bytes at the start
   and before `upto`.  A query first catches it up from `upto` to the end, under SQLite's write lock (concurrent
@@ -27,13 +28,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from drover.errors import TruthFileError
-from drover.record import Message, Query, ReadStats, may_have_arrived, parse
+from drover.record import ID_PREFIX, Message, Query, ReadStats, may_have_arrived, message_matches, parse, spellings
 
 INDEX = "truth.index"
-FORMAT = 1  # bump when the schema or what is indexed changes: an index of another format is rebuilt
+FORMAT = 2  # bump when the schema or what is indexed changes (2: `names`): an index of another format is rebuilt
 DIGEST_SPAN = 4096
 BATCH = 10000  # lines per transaction while catching up
 READ = 1 << 20
+NAMES_HELD = 4096  # spellings held before they are written (within the batch's transaction)
 BUSY_S = 60.0  # how long a reader waits for another one that is catching the index up
 
 log = logging.getLogger("drover.truth")
@@ -49,6 +51,9 @@ CREATE INDEX IF NOT EXISTS msgs_target ON msgs (target, off);
 CREATE INDEX IF NOT EXISTS msgs_outcome ON msgs (outcome, off);
 CREATE TABLE IF NOT EXISTS outs (acc INTEGER, off INTEGER, len INTEGER NOT NULL, PRIMARY KEY (acc, off)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS bad (off INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS names (name TEXT NOT NULL, off INTEGER NOT NULL, src INTEGER NOT NULL, id INTEGER NOT NULL,
+    PRIMARY KEY (name, off, src)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS names_off ON names (off, src);
 """
 
 
@@ -120,7 +125,7 @@ def _covered(conn: sqlite3.Connection, fd: int, end: int) -> int:
     upto = meta.get("upto")
     if isinstance(upto, int) and 0 <= upto <= max(end, os.fstat(fd).st_size) and meta == _identity(fd, upto):
         return upto
-    for table in ("meta", "msgs", "outs", "bad"):
+    for table in ("meta", "msgs", "outs", "bad", "names"):
         conn.execute(f"DELETE FROM {table}")
     return 0
 
@@ -151,10 +156,24 @@ def _index(conn: sqlite3.Connection, fd: int, start: int, end: int) -> int:
     outs: list[tuple[int, int, int]] = []
     updates: list[tuple[str, int]] = []
     bad: list[tuple[int]] = []
+    names: list[tuple[str, int, int, int]] = []
+    out_names: dict[int, list[tuple[str, int, int, int]]] = {}  # accepted offset -> its latest outcome's spellings
     upto = start
+
+    def flush_names() -> None:
+        # Written as they come, not held for the batch: a line names its session up to a dozen ways.
+        conn.executemany("INSERT OR IGNORE INTO names VALUES (?, ?, ?, ?)", names)
+        # The newest outcome names the session (as the fold has it): an earlier outcome's spellings go.
+        conn.executemany("DELETE FROM names WHERE off = ? AND src = 1", [(acc,) for acc in out_names])
+        conn.executemany("INSERT OR IGNORE INTO names VALUES (?, ?, ?, ?)", [r for rs in out_names.values() for r in rs])
+        names.clear()
+        out_names.clear()
+
     for n, (off, raw) in enumerate(_lines(fd, start, end)):
         if n == BATCH:
             break
+        if len(names) + 8 * len(out_names) > NAMES_HELD:
+            flush_names()
         upto = min(end, off + len(raw) + 1)
         if not raw.strip():
             continue
@@ -167,23 +186,34 @@ def _index(conn: sqlite3.Connection, fd: int, start: int, end: int) -> int:
             row = [off, len(raw), ev["id"], ev["ts"], ev.get("actor") or "", ev.get("host") or "", ev.get("target") or "", None]
             recent[ev["id"]] = row
             rows.append(row)
+            names.extend(_names(off, 0, ev, None))
         elif kind == "outcome":
             # An outcome belongs to the latest accepted event of its id before it, as the backward fold has it.
             mine = recent.get(ev["id"])
             if mine is not None:
                 mine[7] = ev["outcome"]
                 outs.append((mine[0], off, len(raw)))
+                out_names[mine[0]] = _names(mine[0], 1, {}, ev)
                 continue
             found = conn.execute("SELECT off FROM msgs WHERE id = ? ORDER BY off DESC LIMIT 1", (ev["id"],)).fetchone()
             if found is not None:
                 updates.append((ev["outcome"], found[0]))
                 outs.append((found[0], off, len(raw)))
+                out_names[found[0]] = _names(found[0], 1, {}, ev)
     conn.executemany("INSERT INTO msgs VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
     conn.executemany("UPDATE msgs SET outcome = ? WHERE off = ?", updates)
     conn.executemany("INSERT INTO outs VALUES (?, ?, ?)", outs)
     conn.executemany("INSERT INTO bad VALUES (?)", bad)
+    flush_names()
     conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", _identity(fd, upto).items())
     return upto
+
+
+def _names(off: int, src: int, acc: dict[str, Any], out: dict[str, Any] | None) -> list[tuple[str, int, int, int]]:
+    """Rows of the names table: each spelling of the message at `off`, from its accepted event (src 0) or its
+    outcome (src 1); `id` 1 for an id a prefix may name."""
+    spelled, ids = spellings(acc, out)
+    return [(name, off, src, int(name in ids)) for name in spelled]
 
 
 def _catch_up(conn: sqlite3.Connection, fd: int, end: int) -> None:
@@ -226,7 +256,8 @@ def _message(conn: sqlite3.Connection, fd: int, off: int, length: int, msg_id: s
 def _matches(m: Message, since_ts: float | None, filters: dict[str, Any], host_in: Callable[[str], bool] | None) -> bool:
     return not (
         (since_ts is not None and m.ts < since_ts)
-        or any(filters.get(k) and getattr(m, k) != filters[k] for k in ("host", "target", "actor", "outcome"))
+        or any(filters.get(k) and getattr(m, k) != filters[k] for k in ("host", "actor", "outcome"))
+        or (filters.get("target") and not message_matches(filters["target"], m))
         or (filters.get("pending") and m.outcome is not None)
         or (host_in is not None and not host_in(m.host))
     )
@@ -251,10 +282,19 @@ def _answer(
         where.append("ts >= ?")
         args.append(since_ts)
     stop_at = args[0]
-    for column in ("host", "target", "actor", "outcome"):
+    for column in ("host", "actor", "outcome"):
         if filters.get(column):
             where.append(f"{column} = ?")
             args.append(filters[column])
+    target = filters.get("target")
+    if target:
+        # Any spelling of the session: exactly, or (8+ hex characters) as the prefix of one of its ids.
+        spelled = "name = ?"
+        args.append(target)
+        if ID_PREFIX.match(target):
+            spelled += " OR (id = 1 AND name >= ? AND name < ?)"
+            args.extend([target, target + "\U0010ffff"])
+        where.append(f"off IN (SELECT off FROM names WHERE {spelled})")
     if filters.get("pending"):
         where.append("outcome IS NULL")
     if host_in is not None:

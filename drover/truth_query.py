@@ -12,7 +12,18 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, cast
 
-from drover.record import ACCEPTED_PREFIX, PLAIN_ID, PLAIN_VALUE, Message, Query, ReadStats, id_time_range, may_have_arrived
+from drover.record import (
+    ACCEPTED_PREFIX,
+    PLAIN_ID,
+    PLAIN_VALUE,
+    Message,
+    Query,
+    ReadStats,
+    id_time_range,
+    may_have_arrived,
+    names_match,
+    spellings,
+)
 
 ORDER_SLACK_S = 60.0  # how far file order may run ahead of time order (a writer waiting for the lock)
 # How much of the file a filtered query scans backwards before it asks the index (drover/truth_index.py): a
@@ -163,7 +174,7 @@ class Queries(ABC):
                 (since_ts is not None and acc["ts"] < since_ts)
                 or (host and (acc.get("host") or "") != host)
                 or (host_in is not None and not host_in(acc.get("host") or ""))
-                or (target and (acc.get("target") or "") != target)
+                or (target and not names_match(target, *spellings(acc, out)))
                 or (actor and (acc.get("actor") or "") != actor)
                 or (outcome and (out is None or out["outcome"] != outcome))
                 or (pending and out is not None)
@@ -177,15 +188,23 @@ class Queries(ABC):
                 return bool(ev["ts"] < cutoff)
 
         # A value any JSON encoder writes as it is: an accepted line without it cannot match.
-        values = [f'"{v}"'.encode() for v in (host, target, actor) if v and PLAIN_VALUE.fullmatch(v)]
+        values = [f'"{v}"'.encode() for v in (host, actor) if v and PLAIN_VALUE.fullmatch(v)]
+        # A session's spelling is in its accepted line (the target, options.session: a pid unquoted, an id whole
+        # where the query is its prefix) or in the session its outcome names.
+        spelled = target.encode() if target and PLAIN_VALUE.fullmatch(target) else None
         reject = None
-        if values or outcome or pending:
+        if values or spelled or outcome or pending:
 
             def reject(raw: bytes, out: dict[str, Any] | None) -> bool:
                 return (
                     (pending and out is not None)
                     or bool(outcome and (out is None or out["outcome"] != outcome))
                     or any(v not in raw for v in values)
+                    or bool(
+                        spelled is not None
+                        and spelled not in raw
+                        and not (out is not None and names_match(target, *spellings({}, out)))
+                    )
                 )
 
         found: list[Message] = []

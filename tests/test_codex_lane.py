@@ -577,3 +577,20 @@ def test_a_thread_that_would_never_run_a_message_is_refused_by_status() -> None:
         refused = codex_queue.check(session, thread)
         assert refused is not None and (refused["outcome"], refused["code"]) == ("refused", code), thread
     assert codex_queue.check(session, {"status": {"type": "active", "activeFlags": []}}) is None
+
+
+def test_a_codex_threads_messages_are_found_by_its_thread_id_its_name_and_its_pane(
+    lab: CodexLab, seen: None, cli: Callable[..., CliResult]
+) -> None:
+    """`drover log --target`: sent by the pane, by the name and by the thread id, found by each of them (and an
+    8+ hex prefix of the thread id), the record's `options.session` naming the thread."""
+    s = start(lab, "q-named")
+    ids = []
+    for target in (f"local:{s.pane}", "local:q-named", f"local:{s.thread_id}"):
+        code, data = send(cli, target, f"to {target}")
+        assert code == 0 and data["lane"] == "queue", data
+        ids.append(data["id"])
+    for typed in (s.thread_id, s.thread_id[:8], "q-named", s.pane, f"local:{s.pane}"):
+        res = cli("log", "--target", typed, "--json")
+        assert [m["id"] for m in res.json()["data"]["messages"]] == ids, typed
+        assert all(m["options"]["session"]["thread"] == s.thread_id for m in res.json()["data"]["messages"])

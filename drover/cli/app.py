@@ -193,6 +193,13 @@ def target(value: str) -> Target:
     return targets.parse(value, context().fleet)
 
 
+def recorded_target(value: str) -> Target:
+    """HOST:ID for a query of the record: as `target`, and an identity (`claude:ID`) alone names it on any host."""
+    from drover import targets
+
+    return targets.parse_recorded(value, context().fleet)
+
+
 def read_text(text: str, what: str = "the message") -> str:
     """An argument, or with `-` all of stdin; either must be UTF-8 (anything else is a usage error, exit 2)."""
     if text != "-":

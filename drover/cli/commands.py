@@ -27,6 +27,7 @@ from drover.cli.app import (
     guard_app,
     log_app,
     read_text,
+    recorded_target,
     run,
 )
 from drover.cli.app import target as parse_target
@@ -238,7 +239,12 @@ def op_cmd(
 def log(
     ctx: typer.Context,
     target: Annotated[
-        str | None, typer.Option("--target", help="HOST:ID as it was addressed", autocompletion=complete_target)
+        str | None,
+        typer.Option(
+            "--target",
+            help="HOST:ID: the session by any spelling (name, id or 8+ hex prefix, pid, pane %3, identity)",
+            autocompletion=complete_target,
+        ),
     ] = None,
     host: Annotated[
         list[str] | None,
@@ -268,7 +274,7 @@ def log(
     if host:
         payload["hosts"] = host
     if target is not None:
-        t = parse_target(target)
+        t = recorded_target(target)
         # A bare ID matches that ID on any host; HOST:ID only on that host.
         payload["target"] = t.id
         if t.named_host:

@@ -7,7 +7,20 @@ from typing import Annotated, Any
 import typer
 
 from drover.cli import render
-from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, app, common, examples, finish, read_text, run
+from drover.cli.app import (
+    ActorOpt,
+    DebugOpt,
+    FleetOpt,
+    JsonOpt,
+    TimeoutOpt,
+    app,
+    common,
+    examples,
+    finish,
+    read_text,
+    recorded_target,
+    run,
+)
 from drover.cli.completion import complete_engines, complete_hosts
 from drover.cli.state import state
 from drover.errors import UsageError
@@ -108,6 +121,10 @@ def spawns(
     parent: Annotated[
         str | None, typer.Option("--parent", help="only those dispatched by this actor, or for this message id")
     ] = None,
+    target: Annotated[
+        str | None,
+        typer.Option("--target", help="HOST:ID: only the session named so (name, id or 8+ hex prefix, pane %3, pid, identity)"),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", help="the newest N")] = 50,
     as_json: JsonOpt = False,
     fleet: FleetOpt = None,
@@ -116,7 +133,11 @@ def spawns(
 ) -> None:
     """The sessions drover started: where, which engine, who dispatched them (the parent), and their brief."""
     common(fleet, actor, debug)
-    doc = run("sessions.spawns", {"host": host, "parent": parent, "limit": limit})
+    payload: dict[str, Any] = {"host": host, "parent": parent, "limit": limit}
+    if target is not None:
+        t = recorded_target(target)  # checked here (an unknown host is exit 6); the op reads HOST: again
+        payload["target"] = str(t) if t.named_host else t.id
+    doc = run("sessions.spawns", payload)
     finish(doc, as_json, show_spawns)
 
 

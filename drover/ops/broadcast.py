@@ -32,6 +32,7 @@ from drover.errors import DroverError, EmptyText, ExitCode, UsageError, exit_cod
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host, fan_out_each
 from drover.ops.send import MessageRequest, sessions_message
+from drover.record import session_of
 from drover.remote import protocol as P
 from drover.targets import check_engine
 
@@ -82,6 +83,7 @@ def _skip(ctx: Context, broadcast: str, actor: str, host: str, s: dict[str, Any]
     refusal = {"outcome": P.REFUSED, "code": code, "detail": f"skipped: {human['reason']}", "skipped": True}
     lim = ctx.fleet.limits
     options = {"broadcast": broadcast, "identity": s.get("identity"), "pin": s.get("pin")}
+    options["session"] = session_of({"session": s, "identity": s.get("identity")})  # found by any of its names
     msg_id, _ = ctx.truth.accept(
         actor=actor,
         host=host,

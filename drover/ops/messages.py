@@ -13,7 +13,10 @@ from drover.paths import DURATION_FORMS, parse_duration
 
 
 class ListRequest(Request):
-    target: str | None = Field(None, description="HOST:ID or ID as it was addressed")
+    target: str | None = Field(
+        None,
+        description="HOST:ID or ID: a session by any spelling (name, id or 8+ hex prefix, pid, pane %3, identity)",
+    )
     host: str | None = Field(None, description="only messages to this host")
     hosts: list[str] | None = Field(
         None, description="only messages to these hosts: names, lists, ranges (h1,h3 · node[01-40] · h[1-3],!h2)"

@@ -40,6 +40,7 @@ from drover.fleet import LOCAL
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host
 from drover.ops.send import MessageRequest, sessions_message
+from drover.record import session_of
 from drover.remote import protocol as P
 
 Lane = Literal["auto", "inbox", "queue", "tmux"]
@@ -159,15 +160,23 @@ async def look(ctx: Context, host: str, target: str) -> tuple[dict[str, Any] | N
     return session, None
 
 
-def _decided(ctx: Context, base: dict[str, Any], text: str, outcome: dict[str, Any]) -> Result:
-    """A nudge that did not go: recorded as a message (accepted + outcome, one write) with its reason."""
+def _decided(
+    ctx: Context, base: dict[str, Any], text: str, outcome: dict[str, Any], resolved: dict[str, Any] | None = None
+) -> Result:
+    """A nudge that did not go: recorded as a message (accepted + outcome, one write) with its reason.  With
+    `resolved` (the live session the name resolved to), its spellings are recorded as a send records them: only
+    `options.session`, never the `identity` and `pin` the limits count by and `drover retry` would deliver to (a
+    nudge refused as unsafe is not a send to finish later)."""
     recorded = {k: v for k, v in outcome.items() if k != "error_class"}
+    options: dict[str, Any] = {"nudge": True}
+    if resolved is not None:
+        options["session"] = session_of(resolved)
     msg_id, _ = ctx.truth.accept(
         actor=base["actor"],
         host=base["host"],
         target=base["target"],
         text=text,
-        options={"nudge": True},
+        options=options,
         max_stored_chars=ctx.fleet.limits.max_chars,
         check=lambda _recent: recorded,
     )
@@ -284,7 +293,7 @@ async def nudge(ctx: Context, req: NudgeRequest) -> Result:
             return _decided(ctx, base, req.text, occupied)
         return await _create(ctx, req, actor, base)
     if refusal is not None:
-        return _decided(ctx, base, req.text, refusal)
+        return _decided(ctx, base, req.text, refusal, where.answer)
     assert session is not None
     tags: dict[str, Any] = {"nudge": True, "addressed": f"{req.host}:{req.id}", **where.redirect}
     tags.pop("handoff_chain", None)

@@ -23,6 +23,7 @@ from drover.fleet import LOCAL
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host
 from drover.ops.outcome import Outcome
+from drover.record import session_of
 from drover.remote import protocol as P
 from drover.remote.faults import fault
 from drover.route import Route
@@ -162,6 +163,8 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
         route = ctx.route(host) if resolved is not None else None
     if resolved is not None:
         options.update(identity=resolved["identity"], pin=resolved["pin"], receiver_msg_id=str(uuid.uuid4()))
+        # Every spelling of the session, so `drover log --target` finds the message by whichever one is typed.
+        options["session"] = session_of(resolved)
         if redirect:
             options["redirected_from"] = redirect["redirected_from"]
     owner_ok = bool(req.as_owner and route is not None and route.owner_relay)

@@ -26,7 +26,7 @@ from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host
 from drover.ops.outcome import exit_code_for
 from drover.ops.send import MessageRequest, sessions_message
-from drover.record import ReadStats, now_iso
+from drover.record import ReadStats, now_iso, spawn_matches
 from drover.remote import protocol as P
 from drover.remote.profiles import BUILTIN_PROFILES
 
@@ -55,6 +55,9 @@ class SpawnRequest(Request):
 class SpawnsRequest(Request):
     host: str | None = Field(None, description="only sessions spawned on these hosts: a name, list or range (h[1-3],!h2)")
     parent: str | None = Field(None, description="only those dispatched by this actor, or for this message id (or prefix)")
+    target: str | None = Field(
+        None, description="only the session named so (HOST:ID or ID): its name, id or 8+ hex prefix, pane, pid, identity"
+    )
     limit: int = Field(50, ge=1, le=10000, description="the newest N")
 
 
@@ -262,6 +265,7 @@ async def spawn_session(
         "identity": data.get("identity"),
         "pane": data.get("pane"),
         "server": data.get("server"),
+        "pid": data.get("pid"),
         "git": data.get("git"),
         "pretrusted": data.get("pretrusted", False),
         "parent": parent,
@@ -273,7 +277,7 @@ async def spawn_session(
         if key in data:
             result[key] = data[key]
     # The event's own `id` is the spawn's; the session's id is `session`.
-    recorded = {k: result[k] for k in ("host", "identity", "engine", "cwd", "name", "state", "reason", "pane", "server")}
+    recorded = {k: result[k] for k in ("host", "identity", "engine", "cwd", "name", "state", "reason", "pane", "server", "pid")}
     ctx.truth.append(_event("spawned", spawn_id, session=result["id"], actor=actor, parent=parent, git=result["git"], **recorded))
     if result["state"] != "ready":
         return result  # at a dialog: drover never answers one, and a brief would only wait behind it (or answer it)
@@ -344,7 +348,7 @@ def fold(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         if kind == "spawned":
             row["id"] = ev.get("session")
-            for key in ("identity", "name", "cwd", "state", "reason", "pane", "server", "git"):
+            for key in ("identity", "name", "cwd", "state", "reason", "pane", "server", "pid", "git"):
                 row[key] = ev.get(key)
         elif kind == "spawn_failed":
             row.update(state="failed", code=ev.get("code"), reason=ev.get("message"))
@@ -375,6 +379,11 @@ async def sessions_spawns(ctx: Context, req: SpawnsRequest) -> Result:
     complete = True
     from drover.hostsets import matcher
 
+    target, target_host = req.target, None
+    if target and ":" in target:  # HOST:ID, as drover log reads it (with --host as well: both must hold)
+        head, rest = target.split(":", 1)
+        if head in ctx.fleet.host_names():
+            target_host, target = head, rest
     on_host = matcher([req.host]) if req.host else None  # the record's hosts: no fleet check (as drover log)
     for ev in ctx.truth.backward(stats, skip=lambda raw: b'"spawn' not in raw):
         kind, sid = ev.get("event"), ev.get("id")
@@ -390,6 +399,8 @@ async def sessions_spawns(ctx: Context, req: SpawnsRequest) -> Result:
         if on_host is not None and not on_host(str(row.get("host") or "")):
             continue
         if req.parent and not _parent_matches(row, req.parent):
+            continue
+        if target and not (spawn_matches(target, row) and target_host in (None, row.get("host"))):
             continue
         if len(rows) == req.limit:
             complete = False  # one more than asked for: there are more
