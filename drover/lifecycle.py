@@ -30,14 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from drover.errors import InvalidRequest
-from drover.record import ACCEPTED_PREFIX, VERSION, now_iso, parse
+from drover.record import ACCEPTED_PREFIX, SESSION_KEYS, VERSION, now_iso, parse
 from drover.remote import protocol as P
 from drover.truth import TruthFile
 from drover.truth_query import ORDER_SLACK_S
 
 KINDS = ("done", "failed", "exited", "stalled")
 TERMINAL = ("done", "failed", "exited")  # a session past one of these is not working on its task any more
-SESSION_KEYS = ("identity", "id", "name", "pane", "pid", "server", "engine")
 READ_LIMIT = 10_000  # events per read at most: a reader of a huge record pages through it with the cursor
 
 
@@ -46,8 +45,9 @@ def new_event_id() -> str:
 
 
 def session_of(data: dict[str, Any]) -> dict[str, Any]:
-    """The spellings of a session, as lifecycle events carry them, from anything that describes it (a resolved
-    answer, a spawn row, a `ls` row): only the keys that have a value."""
+    """The spellings of a session, as lifecycle events carry them (the keys of the record's `options.session`), from
+    a flat description of it (a spawn row, a `ls` row, an `options.session`): only the keys that have a value.  A
+    host's resolve answer, which nests the session, goes through `record.session_of` first."""
     return {k: data[k] for k in SESSION_KEYS if data.get(k) not in (None, "")}
 
 
