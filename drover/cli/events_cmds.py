@@ -59,6 +59,12 @@ def _reader_gone(env: Environment) -> bool:
         return False
 
 
+def _fail(doc: Any) -> None:
+    """An error ends the stream: one line on stderr (stdout holds only events, even with --json), its exit code."""
+    render.errors(doc)
+    raise typer.Exit(doc.exit_code or 1)
+
+
 def _emit(items: list[dict[str, Any]], as_json: bool) -> None:
     env = environment()
     try:
@@ -106,7 +112,7 @@ def events(
         payload: dict[str, Any] = {"since": since, "limit": limit or 20, "kinds": kinds}
         doc = run("events.read", payload)
         if doc.data is None or doc.errors:
-            finish(doc, as_json, lambda _d: None)
+            _fail(doc)
         _emit(doc.data["events"], as_json)
         raise typer.Exit(doc.exit_code)
     cursor = since
@@ -116,7 +122,7 @@ def events(
         else:  # tail -f: the last N first
             doc = run("events.read", {"limit": limit, "kinds": kinds})
             if doc.data is None or doc.errors:
-                finish(doc, as_json, lambda _d: None)
+                _fail(doc)
             _emit(doc.data["events"], as_json)
             cursor = doc.data["cursor"]
     while True:
@@ -125,7 +131,7 @@ def events(
             raise typer.Exit(0)
         doc = run("events.read", {"since": cursor, "limit": limit or 1000, "kinds": kinds, "wait_s": FOLLOW_WAIT_S})
         if doc.data is None or doc.errors:
-            finish(doc, as_json, lambda _d: None)  # the record replaced under us: one line, exit 2
+            _fail(doc)  # the record replaced under us: one line, exit 2
         _emit(doc.data["events"], as_json)
         cursor = doc.data["cursor"]
 
