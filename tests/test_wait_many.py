@@ -24,6 +24,7 @@ from drover.truth import TruthFile
 from tests.conftest import ROOT, Pane, Tmux, drover_process, remote_agent, wait_for
 
 HARD_S = 120  # a wait that never ends fails the test here (never a bound on how fast it is)
+KILL_SERVER = "env -u TMUX_TMPDIR -u TMUX tmux kill-server"  # the test user's own server, not this test's
 
 
 def start(*args: str) -> subprocess.Popen[str]:
@@ -188,6 +189,15 @@ def test_across_hosts_one_request_each(sshfleet: Any, tmux: Tmux, isolated: Path
     assert sorted(doc["data"]["which"]) == ["h1:r1", "h1:r2", "local:w1"]
 
 
+def test_any_until_waiting_returns_the_one_that_shows_a_dialog(tmux: Tmux, monkeypatch: pytest.MonkeyPatch) -> None:
+    panes = {n: tmux.agent(n) for n in ("w1", "w2")}
+    wait = InFlight(monkeypatch, {"targets": ["w1", "w2"], "mode": "any", "until": "waiting"})
+    os.kill(panes["w1"].pid, signal.SIGUSR1)  # the demo agent draws a permission dialog
+    code, doc = wait.result()
+    assert code == 0, doc
+    assert doc["data"]["which"] == ["local:w1"] and rows(doc)["local:w2"]["state"] == "idle"
+
+
 def test_a_target_that_names_nothing_is_an_error_before_any_waiting(tmux: Tmux) -> None:
     panes = [tmux.agent(n) for n in ("w1", "w2", "w3")]
     for p in panes:
@@ -249,6 +259,7 @@ def test_a_host_that_never_answers_is_bounded_and_the_others_answer_stands(sshfl
     rc = home / ".bashrc"
     rc.write_text("if [ -e ~/.drover-seen ]; then kill -STOP $PPID; fi; touch ~/.drover-seen\n")
     os.chown(rc, pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid)
+    subprocess.run(["su", "-s", "/bin/sh", user, "-c", KILL_SERVER], capture_output=True, timeout=10)  # a leftover
     subprocess.run(
         ["su", "-s", "/bin/sh", user, "-c", "env -u TMUX_TMPDIR -u TMUX tmux new-session -d -s target sleep 600"],
         check=True,
@@ -268,9 +279,14 @@ def test_a_host_that_never_answers_is_bounded_and_the_others_answer_stands(sshfl
         code, doc, err = answer(start("local:w1", "stuck:target", "--any", "--until", "idle", "--timeout", "600"))
         assert code == 0, err
         assert doc["data"]["which"] == ["local:w1"]
+        # A host that does not even answer which session it is: bounded by its request timeout, the others stand.
+        code, doc, err = answer(start("local:w1", "stuck:target", "--any", "--until", "idle", "--timeout", "600"))
+        assert code == 0, err
+        assert doc["data"]["which"] == ["local:w1"] and rows(doc)["stuck:target"]["error"], doc
+        assert any(e.get("host") == "stuck" for e in doc["errors"])
     finally:
         rc.unlink()
         seen.unlink(missing_ok=True)
         for pid in _stopped(user):
             os.kill(pid, signal.SIGKILL)
-        subprocess.run(["su", "-s", "/bin/sh", user, "-c", "tmux kill-server"], capture_output=True, timeout=10)
+        subprocess.run(["su", "-s", "/bin/sh", user, "-c", KILL_SERVER], capture_output=True, timeout=10)

@@ -65,7 +65,7 @@ def _look_at_record(ctx: Context, rows: list[dict[str, Any]], until: str) -> boo
     """Settle the rows the record has a terminal event for; whether any changed."""
     changed = False
     for row in rows:
-        if row["settled"]:
+        if row["settled"] or row["identity"] is None:
             continue
         ev = lifecycle.latest(ctx.truth, row["host"], _spellings(row))
         if ev is None:
@@ -90,15 +90,26 @@ def _finished(rows: list[dict[str, Any]], mode: str) -> bool:
     return all(r["reached"] for r in rows) or any(r["settled"] and not r["reached"] for r in rows)
 
 
-async def _resolve(ctx: Context, by_host: dict[str, list[str]]) -> dict[str, list[dict[str, Any]]]:
+async def _resolve(ctx: Context, by_host: dict[str, list[str]], errors: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     async def one(host: str) -> Any:
         return await call_host(ctx, host, "wait_many", {"resolve": True, "targets": by_host[host]})
 
     answers = await fan_out_each(ctx, list(by_host), one)
     out: dict[str, list[dict[str, Any]]] = {}
     for host, data, err in answers:
+        if err is not None and err.exit_code in (ExitCode.TARGET, ExitCode.USAGE):
+            raise err  # a target that names nothing (or names two) is an error before any waiting
         if err is not None:
-            raise err  # a target that names nothing (or a host that cannot say) is an error before any waiting
+            # The host could not be asked (unreachable, no answer in time): its targets are rows with its error,
+            # settled as not reached, and the other hosts are waited on all the same.
+            errors.append(err.to_dict())
+            how = f"the host did not answer: {err.message}"
+            out[host] = [
+                {"host": host, "target": t, "identity": None, "state": "unknown", "how": how, "error": err.code}
+                | {"reached": False, "settled": True}
+                for t in by_host[host]
+            ]
+            continue
         out[host] = [_row_of(host, r) for r in data["sessions"]]
     return out
 
@@ -124,10 +135,13 @@ async def sessions_wait_many(ctx: Context, req: WaitManyRequest) -> Result:
     by_host: dict[str, list[str]] = {}
     for t in parsed:
         by_host.setdefault(t.host, []).append(t.id)
-    resolved = await _resolve(ctx, by_host)
+    errors: list[dict[str, Any]] = []
+    resolved = await _resolve(ctx, by_host, errors)
     rows = [r for host in by_host for r in resolved[host]]
     twice: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
+        if r["identity"] is None:
+            continue  # its host could not say
         key = (r["host"], r["identity"])
         if key in twice:
             first = twice[key]
@@ -139,7 +153,6 @@ async def sessions_wait_many(ctx: Context, req: WaitManyRequest) -> Result:
     started = time.monotonic()
     deadline = started + req.timeout_s
     host_until = "exited" if req.until == "done" else req.until
-    errors: list[dict[str, Any]] = []
     wake = asyncio.Event()
 
     async def watch_host(host: str) -> None:
