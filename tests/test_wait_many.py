@@ -21,7 +21,7 @@ import pytest
 
 from drover import lifecycle
 from drover.truth import TruthFile
-from tests.conftest import ROOT, Pane, Tmux, drover_process, remote_agent, wait_for
+from tests.conftest import ROOT, Pane, Tmux, drover_process, remote_agent, stays, wait_for
 
 HARD_S = 120  # a wait that never ends fails the test here (never a bound on how fast it is)
 KILL_SERVER = "env -u TMUX_TMPDIR -u TMUX tmux kill-server"  # the test user's own server, not this test's
@@ -135,6 +135,22 @@ def test_one_killed_ends_a_wait_until_exited_and_fails_a_wait_for_all_idle(tmux:
     code, doc = wait.result()
     assert code == 6, doc
     assert rows(doc)["local:w1"]["state"] == "exited" and "exited while waiting" in doc["errors"][0]["message"]
+
+
+def test_a_name_taken_over_while_waiting_is_not_the_session_waited_on(tmux: Tmux, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, other = tmux.agent("w1"), tmux.agent("w2")
+    busy(first)
+    busy(other)
+    wait = InFlight(monkeypatch, {"targets": ["w1", "w2"], "mode": "any", "until": "idle"})
+    first.tmux("kill-session", "-t", "w1")
+    tmux.agent("w1")  # idle, under the name the wait was given (wait_idle: its screen says so)
+    stays(lambda: not wait.future.done(), 1.0, what="the wait, not fooled by the newcomer")
+    idle_again(other)
+    code, doc = wait.result()
+    assert code == 0, doc
+    got = rows(doc)
+    assert doc["data"]["which"] == ["local:w2"]
+    assert got["local:w1"]["state"] == "exited" and not got["local:w1"]["reached"], doc
 
 
 def _identity(pane: Pane) -> str:
