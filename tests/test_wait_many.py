@@ -306,3 +306,19 @@ def test_a_host_that_never_answers_is_bounded_and_the_others_answer_stands(sshfl
         for pid in _stopped(user):
             os.kill(pid, signal.SIGKILL)
         subprocess.run(["su", "-s", "/bin/sh", user, "-c", KILL_SERVER], capture_output=True, timeout=10)
+
+
+def test_a_real_claude_among_them_goes_idle_by_its_registry(claude_lab: Any, tmux: Tmux) -> None:
+    import drover
+
+    s = claude_lab.start("claude-a", delay=6)
+    demo = tmux.agent("w1")
+    busy(demo)
+    first = drover.run("sessions.message", {"id": s.name, "text": "start a slow turn"}, actor="tester")
+    assert first.data["outcome"] == "delivered", first.data
+    wait_for(lambda: s.status() == "busy", timeout=20, what="the turn to start")
+    code, doc, err = answer(start(s.name, "w1", "--any", "--until", "idle", "--timeout", "600"))
+    assert code == 0, err
+    assert doc["data"]["which"] == [f"local:{s.name}"]
+    assert rows(doc)[f"local:{s.name}"]["how"] == "Claude's registry says idle"
+    assert rows(doc)["local:w1"]["state"] == "working"
