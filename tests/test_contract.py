@@ -53,7 +53,7 @@ OPS = {
     "sessions.spawns": ["host", "parent", "limit"],
     "sessions.status": ["host", "id", "tail"],
     "sessions.wait": ["host", "id", "until", "timeout_s"],
-    "sessions.wait_many": ["targets", "mode", "until", "timeout_s"],
+    "sessions.wait_many": ["targets", "mode", "until", "timeout_s", "stall_after_s"],
 }
 
 

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -234,15 +235,15 @@ def test_the_same_session_named_twice_is_refused(tmux: Tmux) -> None:
     assert alias.code == 2 and "name the same session" in alias.err, alias.err
 
 
-def test_several_sessions_need_any_or_all_and_stalled_is_refused(tmux: Tmux) -> None:
+def test_several_sessions_need_any_or_all_and_stall_after_needs_stalled(tmux: Tmux) -> None:
     tmux.agent("w1")
     tmux.agent("w2")
     res = drover_process("wait", "w1", "w2")
     assert res.code == 2 and "say --any" in res.err
     res = drover_process("wait", "w1", "w2", "--any", "--all")
     assert res.code == 2 and "exclude each other" in res.err
-    res = drover_process("wait", "w1", "w2", "--all", "--until", "stalled")
-    assert res.code == 2 and "not supported yet" in res.err
+    res = drover_process("wait", "w1", "w2", "--all", "--stall-after", "2m")
+    assert res.code == 2 and "without until=stalled" in res.err
     assert "Traceback" not in res.err
 
 
@@ -322,3 +323,38 @@ def test_a_real_claude_among_them_goes_idle_by_its_registry(claude_lab: Any, tmu
     assert doc["data"]["which"] == [f"local:{s.name}"]
     assert rows(doc)[f"local:{s.name}"]["how"] == "Claude's registry says idle"
     assert rows(doc)["local:w1"]["state"] == "working"
+
+
+def test_stalled_is_working_with_no_new_transcript_entry_and_progress_is_not_a_stall(
+    tmux: Tmux, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    quiet, moving, _idle = tmux.agent("w1"), tmux.agent("w2"), tmux.agent("w3")
+    busy(quiet)
+    busy(moving)
+    stop = threading.Event()
+
+    def progress() -> None:  # w2's transcript (the demo agent's log) gains an entry every 0.2 s: it is not stalled
+        assert moving.log is not None
+        while not stop.is_set():
+            with open(moving.log, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"type": "tool", "t": time.time()}) + "\n")
+            stop.wait(0.2)
+
+    t = threading.Thread(target=progress)
+    t.start()
+    try:
+        payload = {"targets": ["w2", "w3", "w1"], "mode": "any", "until": "stalled", "stall_after_s": 3}
+        code, doc = InFlight(monkeypatch, payload).result()
+        assert code == 0, doc
+        assert doc["data"]["which"] == ["local:w1"]
+        got = rows(doc)
+        assert got["local:w1"]["state"] == "stalled" and got["local:w1"]["progress_evidence"] == str(quiet.log)
+        assert got["local:w2"]["state"] == "working" and got["local:w3"]["state"] == "idle"
+        # Without the quiet one, nothing stalls: working with progress, and idle, are neither of them stalled.
+        payload = {"targets": ["w2", "w3"], "mode": "any", "until": "stalled", "stall_after_s": 3, "timeout_s": 5}
+        code, doc = InFlight(monkeypatch, payload).result()
+        assert code == 9, doc
+        assert rows(doc)["local:w2"]["state"] == "working"
+    finally:
+        stop.set()
+        t.join()

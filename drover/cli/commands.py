@@ -22,6 +22,7 @@ from drover.cli.app import (
     WaitTimeoutOpt,
     app,
     common,
+    duration,
     examples,
     finish,
     guard_app,
@@ -137,6 +138,15 @@ def wait(
     until: Annotated[str, typer.Option("--until", help="idle, exited, done (from the record) or waiting (on a person)")] = "idle",
     any_: Annotated[bool, typer.Option("--any", help="several sessions: until the first of them gets there")] = False,
     all_: Annotated[bool, typer.Option("--all", help="several sessions: until every one of them gets there")] = False,
+    stall_after: Annotated[
+        float | None,
+        typer.Option(
+            "--stall-after",
+            metavar="DURATION",
+            parser=duration,
+            help="--until stalled: working, no new transcript entry this long (10m)",
+        ),
+    ] = None,
     timeout: WaitTimeoutOpt = 600.0,
     as_json: JsonOpt = False,
     fleet: FleetOpt = None,
@@ -152,11 +162,11 @@ def wait(
 
     common(fleet, actor, debug)
     mode = events_cmds.check_mode(any_, all_, targets)
-    if mode is None and until in ("idle", "exited"):
+    if mode is None and until in ("idle", "exited") and stall_after is None:
         t = parse_target(targets[0])
         doc = run("sessions.wait", {"host": t.host, "id": t.id, "until": until, "timeout_s": timeout})
         finish(doc, as_json, render.waited)
-    events_cmds.wait_many(targets, until, mode or "any", timeout, as_json)
+    events_cmds.wait_many(targets, until, mode or "any", timeout, as_json, stall_after)
 
 
 @app.command("verify", epilog=examples("drover verify msg_3f2a9c1e", "drover verify --json"))

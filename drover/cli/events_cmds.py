@@ -137,8 +137,11 @@ def events(
 
 
 # -- drover wait A B C --any|--all ---------------------------------------------------------------------------------
-def wait_many(targets: list[str], until: str, mode: str, timeout: float, as_json: bool) -> None:
-    doc = run("sessions.wait_many", {"targets": targets, "until": until, "mode": mode, "timeout_s": timeout})
+def wait_many(targets: list[str], until: str, mode: str, timeout: float, as_json: bool, stall_after: float | None) -> None:
+    payload: dict[str, Any] = {"targets": targets, "until": until, "mode": mode, "timeout_s": timeout}
+    if stall_after is not None:
+        payload["stall_after_s"] = stall_after
+    doc = run("sessions.wait_many", payload)
     finish(doc, as_json, _waited_many)
 
 

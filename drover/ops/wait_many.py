@@ -25,6 +25,7 @@ from drover.ops.hosts import call_host, fan_out_each
 from drover.remote import protocol as P
 from drover.targets import parse
 
+STALL_AFTER_S = 600.0  # until=stalled: how long working without a new transcript entry is a stall, by default
 RECORD_LOOK_S = 0.2  # how often the record's size is looked at (a stat); it is read only when it grew
 
 
@@ -33,6 +34,9 @@ class WaitManyRequest(Request):
     mode: Literal["any", "all"] = Field("any", description="any: the first to get there; all: every one")
     until: Literal["idle", "done", "exited", "stalled", "waiting"] = Field("idle", description="the state to wait for")
     timeout_s: float = Field(600.0, gt=0, le=86400, description="give up after this many seconds (exit 9)")
+    stall_after_s: float | None = Field(
+        None, gt=0, le=86400, description="until=stalled: working with no new transcript entry this long (default 600)"
+    )
 
 
 def _row_of(host: str, resolved: dict[str, Any]) -> dict[str, Any]:
@@ -121,11 +125,8 @@ async def _resolve(ctx: Context, by_host: dict[str, list[str]], errors: list[dic
     "drover wait A B --any",
 )
 async def sessions_wait_many(ctx: Context, req: WaitManyRequest) -> Result:
-    if req.until == "stalled":
-        raise InvalidRequest(
-            "waiting --until stalled is not supported yet: drover has no honest progress evidence to call a session stalled",
-            hint="wait --until idle with a --timeout, or read its transcript with `drover read`",
-        )
+    if req.stall_after_s is not None and req.until != "stalled":
+        raise InvalidRequest("stall_after_s means nothing without until=stalled", hint="add --until stalled")
     parsed = [parse(t, ctx.fleet) for t in req.targets]
     seen: dict[tuple[str, str], str] = {}
     for text, t in zip(req.targets, parsed, strict=True):
@@ -170,6 +171,8 @@ async def sessions_wait_many(ctx: Context, req: WaitManyRequest) -> Result:
                 "mode": mode,
                 "timeout_s": remaining,
             }
+            if req.until == "stalled":
+                args["stall_after_s"] = req.stall_after_s or STALL_AFTER_S
             try:
                 data = await call_host(ctx, host, "wait_many", args, timeout=remaining + ctx.timeout(host))
             except DroverError as exc:
@@ -183,8 +186,9 @@ async def sessions_wait_many(ctx: Context, req: WaitManyRequest) -> Result:
                 if r["settled"]:
                     continue  # the record settled it meanwhile
                 r.update(state=answer["state"], how=answer.get("how"))
-                if answer.get("screen_state"):
-                    r["screen_state"] = answer["screen_state"]
+                for key in ("screen_state", "last_progress", "progress_evidence"):
+                    if answer.get(key) is not None:
+                        r[key] = answer[key]
                 if answer.get("settled_at") is not None:
                     r.update(settled=True, reached=bool(answer.get("reached")), waited_s=answer.get("waited_s"))
             wake.set()

@@ -8,8 +8,10 @@ A target is named by its identity (what the resolve step answered), never again 
 name taken over by a newcomer while we wait is not the session we were asked about -- that session has exited.
 """
 
+import json
+import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import caller
 from . import protocol as P
@@ -17,8 +19,9 @@ from .attention import waiting_on_human
 from .discovery import Profiles, Session, discover, find, identity, public, with_state
 from .protocol import HelperError
 
-UNTILS = ("idle", "exited", "waiting")
+UNTILS = ("idle", "exited", "waiting", "stalled")
 ROUND_S = 0.25  # between two looks at the host: local work (tmux, /proc), never a request over the network
+TAIL_BYTES = 1 << 16  # how much of a transcript's end is read for its last timestamped entry
 
 
 def _resolve(targets: List[str], profiles: Profiles) -> List[Dict[str, Any]]:
@@ -31,6 +34,52 @@ def _resolve(targets: List[str], profiles: Profiles) -> List[Dict[str, Any]]:
         row["session"] = public(session)
         out.append(row)
     return out
+
+
+def last_progress(session: Session) -> Tuple[Optional[float], Optional[str]]:
+    """(time of the transcript's last timestamped entry, its path): the progress evidence a stall is judged by.
+    (None, path) when it has no such entry; (None, None) when the session keeps no transcript drover can read."""
+    from . import transcripts
+
+    try:
+        path, _engine = transcripts.transcript_for(session, str(session.get("id") or ""))
+    except HelperError:
+        return None, None
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - TAIL_BYTES))
+            tail = f.read(TAIL_BYTES)
+    except OSError:
+        return None, path
+    for line in reversed(tail.splitlines()):
+        try:
+            rec = json.loads(line.decode("utf-8", "replace"))
+        except ValueError:
+            continue  # a torn line (the first of the tail, or one being written)
+        if not isinstance(rec, dict):
+            continue
+        # Claude and Codex stamp each record with an ISO `timestamp`; the demo agent with a Unix `t`.
+        ts = transcripts.parse_ts(rec.get("timestamp"))
+        if ts is None and isinstance(rec.get("t"), (int, float)):
+            ts = float(rec["t"])
+        if ts is not None:
+            return ts, path
+    return None, path
+
+
+def _stall(row: Dict[str, Any], session: Session, stall_after: float) -> None:
+    """A working session whose transcript has shown nothing new for `stall_after` seconds is stalled; with no
+    transcript to read there is no evidence, and it stays working (never stalled on a guess)."""
+    ts, path = last_progress(session)
+    row["progress_evidence"] = path
+    row["last_progress"] = ts
+    if ts is None:
+        row["how"] = (row.get("how") or "") + "; no progress evidence to judge a stall by (%s)" % (path or "no transcript")
+        return
+    quiet = time.time() - ts
+    if quiet >= stall_after:
+        row.update(state="stalled", how="working, and its transcript's last entry is %.0fs old (%s)" % (quiet, path))
 
 
 def _state(session: Optional[Session], engine: Any, profiles: Profiles) -> Dict[str, Any]:
@@ -75,6 +124,7 @@ def wait_many(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     if mode not in ("any", "all"):
         raise HelperError(P.BAD_REQUEST, "mode must be any or all, not %r" % mode)
     timeout = float(args.get("timeout_s", 600))
+    stall_after = float(args.get("stall_after_s") or 600)
     engines = [w.get("engine") for w in watch]
     started = time.monotonic()
     rows = [{"target": w.get("target"), "identity": w["identity"], "state": "unknown", "how": "not looked at yet"} for w in watch]
@@ -87,7 +137,10 @@ def wait_many(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         for row, engine in zip(rows, engines):
             if row.get("settled_at") is not None:
                 continue  # what it reached stands: an idle that turned busy again was still reached first
-            row.update(_state(by_identity.get(row["identity"]), engine, profiles))
+            session = by_identity.get(row["identity"])
+            row.update(_state(session, engine, profiles))
+            if until == "stalled" and row["state"] == "working" and session is not None:
+                _stall(row, session, stall_after)
             if _settled(row, until):
                 row["settled_at"] = now
                 row["reached"] = row["state"] == until
