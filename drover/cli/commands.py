@@ -133,9 +133,16 @@ def send(
 def wait(
     targets: Annotated[
         list[str],
-        typer.Argument(help="HOST:ID of each session, e.g. box-a:webapp", show_default=False, autocompletion=complete_target),
+        typer.Argument(
+            metavar="TARGETS",
+            help="HOST:ID of each session, e.g. box-a:webapp",
+            show_default=False,
+            autocompletion=complete_target,
+        ),
     ],
-    until: Annotated[str, typer.Option("--until", help="idle, exited, done (from the record) or waiting (on a person)")] = "idle",
+    until: Annotated[
+        str, typer.Option("--until", help="idle, exited, done (from the record), waiting (on a person) or stalled")
+    ] = "idle",
     any_: Annotated[bool, typer.Option("--any", help="several sessions: until the first of them gets there")] = False,
     all_: Annotated[bool, typer.Option("--all", help="several sessions: until every one of them gets there")] = False,
     stall_after: Annotated[
