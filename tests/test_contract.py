@@ -14,6 +14,7 @@ DOCUMENT_KEYS = ["drover", "op", "ok", "data", "errors"]
 
 OPS = {
     "board": ["hosts", "tags", "held_since"],
+    "events.read": ["since", "limit", "kinds", "wait_s"],
     "files.wait": ["host", "path", "changed", "timeout_s", "baseline", "poll"],
     "fleet.add": [
         "name",
@@ -52,6 +53,7 @@ OPS = {
     "sessions.spawns": ["host", "parent", "target", "limit"],
     "sessions.status": ["host", "id", "tail"],
     "sessions.wait": ["host", "id", "until", "timeout_s"],
+    "sessions.wait_many": ["targets", "mode", "until", "timeout_s", "stall_after_s"],
 }
 
 

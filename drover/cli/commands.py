@@ -22,6 +22,7 @@ from drover.cli.app import (
     WaitTimeoutOpt,
     app,
     common,
+    duration,
     examples,
     finish,
     guard_app,
@@ -122,21 +123,58 @@ def send(
     finish(doc, as_json, render.outcome)
 
 
-@app.command("wait", epilog=examples("drover wait box-a:webapp-f8 --until idle --timeout 600"))
+@app.command(
+    "wait",
+    epilog=examples(
+        "drover wait box-a:webapp-f8 --until idle --timeout 600",
+        "drover wait local:w1 box-a:w2 box-b:w3 --any --until idle",
+        "drover wait box-a:w2 box-b:w3 --all --until done --timeout 2h",
+    ),
+)
 def wait(
-    target: TargetArg,
-    until: Annotated[str, typer.Option("--until", help="idle or exited")] = "idle",
+    targets: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="TARGETS",
+            help="HOST:ID of each session, e.g. box-a:webapp",
+            show_default=False,
+            autocompletion=complete_target,
+        ),
+    ],
+    until: Annotated[
+        str, typer.Option("--until", help="idle, exited, done (from the record), waiting (on a person) or stalled")
+    ] = "idle",
+    any_: Annotated[bool, typer.Option("--any", help="several sessions: until the first of them gets there")] = False,
+    all_: Annotated[bool, typer.Option("--all", help="several sessions: until every one of them gets there")] = False,
+    stall_after: Annotated[
+        float | None,
+        typer.Option(
+            "--stall-after",
+            metavar="DURATION",
+            parser=duration,
+            help="--until stalled: working, no new transcript entry this long (10m)",
+        ),
+    ] = None,
     timeout: WaitTimeoutOpt = 600.0,
     as_json: JsonOpt = False,
     fleet: FleetOpt = None,
     actor: ActorOpt = None,
     debug: DebugOpt = False,
 ) -> None:
-    """Block until a session is idle (or has exited). Claude sessions notify; other engines are watched on their host."""
+    """Block until a session is idle (or has exited); with several, until the first (--any) or every one (--all) is.
+
+    Claude sessions notify; other engines are watched on their host. Several sessions: one request per host, whose
+    helper watches all of them; `done` comes from the record (a `drover done` written before or while waiting).
+    """
+    from drover.cli import events_cmds
+
     common(fleet, actor, debug)
-    t = parse_target(target)
-    doc = run("sessions.wait", {"host": t.host, "id": t.id, "until": until, "timeout_s": timeout})
-    finish(doc, as_json, render.waited)
+    mode = events_cmds.check_mode(any_, all_, targets)
+    if mode is None and until in ("idle", "exited") and stall_after is None:
+        t = parse_target(targets[0])
+        doc = run("sessions.wait", {"host": t.host, "id": t.id, "until": until, "timeout_s": timeout})
+        finish(doc, as_json, render.waited)
+    events_cmds.wait_many(targets, until, mode or "any", timeout, as_json, stall_after)
 
 
 @app.command("verify", epilog=examples("drover verify msg_3f2a9c1e", "drover verify --json"))

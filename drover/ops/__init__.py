@@ -3,6 +3,7 @@
 from drover.ops import (  # noqa: F401 - registration side effect
     board,
     broadcast,
+    events,
     file_wait,
     fleet_check,
     fleet_edit,
@@ -14,6 +15,7 @@ from drover.ops import (  # noqa: F401 - registration side effect
     send,
     sessions,
     spawn,
+    wait_many,
 )
 from drover.ops.core import REGISTRY, Context, Document, describe, run, run_async
 

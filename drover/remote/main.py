@@ -1,6 +1,6 @@
 """Answering requests: one JSON line in, one framed JSON answer out, until stdin ends.
 
-Request:  {"helper": PROTOCOL, "op": "hello" | "list" | "status" | "deliver" | "wait" | "read" | "classify",
+Request:  {"helper": PROTOCOL, "op": "hello" | "list" | "status" | "deliver" | "wait" | "wait_many" | "read" | "classify",
            "args": {...}, "profiles": {ENGINE: {...overrides}}}
 Answer:   {"helper": PROTOCOL, "bundle": HASH, "ok": true, "data": ...}
           {"helper": PROTOCOL, "bundle": HASH, "ok": false, "error": {"code": "...", "message": "...", ...}}
@@ -153,6 +153,7 @@ OPS: Dict[str, Callable[[Dict[str, Any], Profiles], Any]] = {
     "status": op_status,
     "deliver": _in("delivery", "deliver"),
     "wait": _in("wait", "wait"),
+    "wait_many": _in("wait_many", "wait_many"),
     "read": op_read,
     "classify": op_classify,
     "resolve": op_resolve,

@@ -1,0 +1,257 @@
+"""sessions.wait_many: wait on several sessions, across hosts, for the first (`any`) or every one (`all`) to be idle,
+waiting on a human, exited or done.
+
+The shape of it: every target is resolved first (one request per host; an unknown or ambiguous target is an error
+before anything is waited on); then ONE request per host whose helper watches all that host's targets
+(drover/remote/wait_many.py), while the local record is watched here for lifecycle events (`done`, `failed`,
+`exited`) about them.  A host's answer that settles only some of its targets is followed by one more request for
+the rest -- a request per event, never a polling loop over SSH.  A host that fails or never answers (each request is
+bounded by the wait's timeout plus the host's request timeout) is a row with its error; the others' answers stand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any, Literal
+
+from pydantic import Field
+
+from drover import lifecycle
+from drover.errors import DroverError, ExitCode, InvalidRequest, exit_code_of
+from drover.ops.core import Context, Request, Result, op
+from drover.ops.hosts import call_host, fan_out_each
+from drover.remote import protocol as P
+from drover.targets import parse
+
+STALL_AFTER_S = 600.0  # until=stalled: how long working without a new transcript entry is a stall, by default
+RECORD_LOOK_S = 0.2  # how often the record's size is looked at (a stat); it is read only when it grew
+
+
+class WaitManyRequest(Request):
+    targets: list[str] = Field(..., min_length=1, max_length=1000, description="HOST:ID of each session (ID alone: local)")
+    mode: Literal["any", "all"] = Field("any", description="any: the first to get there; all: every one")
+    until: Literal["idle", "done", "exited", "stalled", "waiting"] = Field("idle", description="the state to wait for")
+    timeout_s: float = Field(600.0, gt=0, le=86400, description="give up after this many seconds (exit 9)")
+    stall_after_s: float | None = Field(
+        None, gt=0, le=86400, description="until=stalled: working with no new transcript entry this long (default 600)"
+    )
+
+
+def _row_of(host: str, resolved: dict[str, Any]) -> dict[str, Any]:
+    s = resolved["session"]
+    return {
+        "host": host,
+        "target": resolved["target"],
+        "id": s.get("id"),
+        "name": s.get("name"),
+        "engine": s.get("engine"),
+        "identity": resolved["identity"],
+        "state": resolved.get("state") or "unknown",
+        "how": resolved.get("how"),
+        "reached": False,
+        "settled": False,
+        "_session": s,
+    }
+
+
+def _spellings(row: dict[str, Any]) -> list[str]:
+    # By identity (a Claude id, a tmux pane with its process) and never by name alone: a name reused by a newcomer
+    # must not carry an old session's `done` over to it.
+    out = [row["identity"]]
+    if row["identity"].startswith(("claude:", "codex:")) and row.get("id"):
+        out.append(row["id"])
+    return out
+
+
+def _look_at_record(ctx: Context, rows: list[dict[str, Any]], until: str) -> bool:
+    """Settle the rows the record has a terminal event for; whether any changed."""
+    changed = False
+    for row in rows:
+        if row["settled"] or row["identity"] is None:
+            continue
+        ev = lifecycle.latest(ctx.truth, row["host"], _spellings(row))
+        if ev is None:
+            continue
+        kind = ev["event"]
+        if until == "exited" and kind != "exited":
+            continue  # said it is done, but it may still be running: only its end ends a wait for its end
+        if kind in ("done", "failed"):
+            state, reached = "done", until == "done"
+        else:  # exited
+            state, reached = "exited", until == "exited"
+        row.update(state=state, reached=reached, settled=True, how=f"a `{kind}` event in the record", event=ev)
+        if kind == "failed":
+            row["failed"] = True
+        changed = True
+    return changed
+
+
+def _finished(rows: list[dict[str, Any]], mode: str) -> bool:
+    if mode == "any":
+        return any(r["reached"] for r in rows) or all(r["settled"] for r in rows)
+    return all(r["reached"] for r in rows) or any(r["settled"] and not r["reached"] for r in rows)
+
+
+async def _resolve(ctx: Context, by_host: dict[str, list[str]], errors: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    async def one(host: str) -> Any:
+        return await call_host(ctx, host, "wait_many", {"resolve": True, "targets": by_host[host]})
+
+    answers = await fan_out_each(ctx, list(by_host), one)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for host, data, err in answers:
+        if err is not None and err.exit_code in (ExitCode.TARGET, ExitCode.USAGE):
+            raise err  # a target that names nothing (or names two) is an error before any waiting
+        if err is not None:
+            # The host could not be asked (unreachable, no answer in time): its targets are rows with its error,
+            # settled as not reached, and the other hosts are waited on all the same.
+            errors.append(err.to_dict())
+            how = f"the host did not answer: {err.message}"
+            out[host] = [
+                {"host": host, "target": t, "identity": None, "state": "unknown", "how": how, "error": err.code}
+                | {"reached": False, "settled": True}
+                for t in by_host[host]
+            ]
+            continue
+        out[host] = [_row_of(host, r) for r in data["sessions"]]
+    return out
+
+
+@op(
+    "sessions.wait_many",
+    WaitManyRequest,
+    "wait on several sessions across hosts: the first (any) or every one (all) idle, waiting, done or exited",
+    "drover wait A B --any",
+)
+async def sessions_wait_many(ctx: Context, req: WaitManyRequest) -> Result:
+    if req.stall_after_s is not None and req.until != "stalled":
+        raise InvalidRequest("stall_after_s means nothing without until=stalled", hint="add --until stalled")
+    parsed = [parse(t, ctx.fleet) for t in req.targets]
+    seen: dict[tuple[str, str], str] = {}
+    for text, t in zip(req.targets, parsed, strict=True):
+        if (t.host, t.id) in seen:
+            raise InvalidRequest(f"{t.host}:{t.id} is named twice ({text!r})", hint="name each session once")
+        seen[(t.host, t.id)] = text
+    by_host: dict[str, list[str]] = {}
+    for t in parsed:
+        by_host.setdefault(t.host, []).append(t.id)
+    errors: list[dict[str, Any]] = []
+    resolved = await _resolve(ctx, by_host, errors)
+    rows = [r for host in by_host for r in resolved[host]]
+    twice: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows:
+        if r["identity"] is None:
+            continue  # its host could not say
+        key = (r["host"], r["identity"])
+        if key in twice:
+            first = twice[key]
+            raise InvalidRequest(
+                f"{first['host']}:{first['target']} and {r['host']}:{r['target']} name the same session ({r['identity']})",
+                hint="name each session once",
+            )
+        twice[key] = r
+    started = time.monotonic()
+    deadline = started + req.timeout_s
+    host_until = "exited" if req.until == "done" else req.until
+    wake = asyncio.Event()
+
+    async def watch_host(host: str) -> None:
+        mine = [r for r in rows if r["host"] == host]
+        while True:
+            left = [r for r in mine if not r["settled"]]
+            remaining = deadline - time.monotonic()
+            if not left or remaining <= 0 or _finished(rows, req.mode):
+                return
+            # `all` of a host's targets can be judged on the host; for `done` the host reports exits, one at a time.
+            mode = req.mode if req.until != "done" else "any"
+            args = {
+                "watch": [{"target": r["target"], "identity": r["identity"], "engine": r["engine"]} for r in left],
+                "until": host_until,
+                "mode": mode,
+                "timeout_s": remaining,
+            }
+            if req.until == "stalled":
+                args["stall_after_s"] = req.stall_after_s or STALL_AFTER_S
+            try:
+                data = await call_host(ctx, host, "wait_many", args, timeout=remaining + ctx.timeout(host))
+            except DroverError as exc:
+                exc.host = exc.host or host
+                errors.append(exc.to_dict())
+                for r in left:
+                    r.update(state="unknown", how=f"the host did not answer: {exc.message}", error=exc.code)
+                wake.set()
+                return
+            for r, answer in zip(left, data["sessions"], strict=False):
+                if r["settled"]:
+                    continue  # the record settled it meanwhile
+                r.update(state=answer["state"], how=answer.get("how"))
+                for key in ("screen_state", "last_progress", "progress_evidence"):
+                    if answer.get(key) is not None:
+                        r[key] = answer[key]
+                if answer.get("settled_at") is not None:
+                    r.update(settled=True, reached=bool(answer.get("reached")), waited_s=answer.get("waited_s"))
+            wake.set()
+            if data.get("timed_out"):
+                return
+
+    async def watch_record() -> None:
+        # The record only grows: it is read again only when its size or inode changed (a stat every RECORD_LOOK_S).
+        last: tuple[int, int] | None = None
+        while not _finished(rows, req.mode) and time.monotonic() < deadline:
+            try:
+                st = os.stat(ctx.truth.path)
+                now: tuple[int, int] | None = (st.st_ino, st.st_size)
+            except FileNotFoundError:
+                now = None
+            if now != last:
+                last = now
+                if now is not None and _look_at_record(ctx, rows, req.until):
+                    wake.set()
+            await asyncio.sleep(RECORD_LOOK_S)
+
+    tasks = [asyncio.ensure_future(watch_host(h)) for h in by_host]
+    if req.until in ("done", "exited"):
+        tasks.append(asyncio.ensure_future(watch_record()))
+    try:
+        while True:
+            wake.clear()  # before the look: a wake-up set after it is not lost
+            if _finished(rows, req.mode) or all(t.done() for t in tasks[: len(by_host)]):
+                break
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=max(0.05, deadline - time.monotonic() + 1))
+            except TimeoutError:
+                pass
+            if time.monotonic() > deadline + max((ctx.timeout(h) for h in by_host), default=0) + 5:
+                break  # every request has its own bound; this is only a guard against a bug holding us forever
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return _result(req, rows, errors, round(time.monotonic() - started, 3))
+
+
+def _result(req: WaitManyRequest, rows: list[dict[str, Any]], errors: list[dict[str, Any]], waited: float) -> Result:
+    reached_rows = [r for r in rows if r["reached"]]
+    reached = bool(reached_rows) if req.mode == "any" else len(reached_rows) == len(rows)
+    shown = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
+    data = {
+        "until": req.until,
+        "mode": req.mode,
+        "reached": reached,
+        "which": [f"{r['host']}:{r['target']}" for r in reached_rows],
+        "sessions": shown,
+        "waited_s": waited,
+    }
+    if reached:
+        return Result(data, errors)  # another host's failure is shown, but the answer asked for is here
+    if errors:
+        return Result(data, errors, exit_code_of(errors[0]["code"]))
+    exited = [r for r in rows if r["settled"] and not r["reached"]]
+    if exited and (req.mode == "all" or len(exited) == len(rows)):
+        names = ", ".join(f"{r['host']}:{r['target']}" for r in exited)
+        error = {"code": P.SESSION_EXITED, "message": f"{names} exited while waiting for {req.until}"}
+        return Result(data, [error], ExitCode.TARGET)
+    waiting = [f"{r['host']}:{r['target']} ({r['state']})" for r in rows if not r["reached"]]
+    error = {"code": P.WAIT_TIMEOUT, "message": f"after {req.timeout_s:g}s still not {req.until}: {', '.join(waiting)}"}
+    return Result(data, [error], ExitCode.TIMEOUT)

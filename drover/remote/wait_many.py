@@ -1,0 +1,166 @@
+"""Waiting on several sessions of this host at once: one request, one watcher, every target looked at each round.
+
+`drover wait A B C --any|--all` sends one such request to each host (drover/ops/wait_many.py); the waiting happens
+here, on the host, never as a loop of requests over SSH.  Each round reads the host's sessions once (tmux's panes,
+Claude's registry) and each target's state from them: the same evidence `drover ls` and `drover status` read.
+
+A target is named by its identity (what the resolve step answered), never again by the name the user typed: a
+name taken over by a newcomer while we wait is not the session we were asked about -- that session has exited.
+"""
+
+import json
+import os
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import caller
+from . import protocol as P
+from .attention import waiting_on_human
+from .discovery import Profiles, Session, discover, find, identity, public, with_state
+from .protocol import HelperError
+
+UNTILS = ("idle", "exited", "waiting", "stalled")
+ROUND_S = 0.25  # between two looks at the host: local work (tmux, /proc), never a request over the network
+TAIL_BYTES = 1 << 16  # how much of a transcript's end is read for its last timestamped entry
+
+
+def _resolve(targets: List[str], profiles: Profiles) -> List[Dict[str, Any]]:
+    """Every target named, or an error before anything is waited on."""
+    out = []
+    for target in targets:
+        session = find({"target": target}, profiles, [])
+        row = {"target": target, "identity": identity(session)}  # type: Dict[str, Any]
+        row.update(_state(session, session["engine"], profiles))  # how it is as the wait starts
+        row["session"] = public(session)
+        out.append(row)
+    return out
+
+
+def last_progress(session: Session) -> Tuple[Optional[float], Optional[str]]:
+    """(time of the transcript's last timestamped entry, its path): the progress evidence a stall is judged by.
+    (None, path) when it has no such entry; (None, None) when the session keeps no transcript drover can read."""
+    from . import transcripts
+
+    try:
+        path, _engine = transcripts.transcript_for(session, str(session.get("id") or ""))
+    except HelperError:
+        return None, None
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - TAIL_BYTES))
+            tail = f.read(TAIL_BYTES)
+    except OSError:
+        return None, path
+    for line in reversed(tail.splitlines()):
+        try:
+            rec = json.loads(line.decode("utf-8", "replace"))
+        except ValueError:
+            continue  # a torn line (the first of the tail, or one being written)
+        if not isinstance(rec, dict):
+            continue
+        # Claude and Codex stamp each record with an ISO `timestamp`; the demo agent with a Unix `t`.
+        ts = transcripts.parse_ts(rec.get("timestamp"))
+        if ts is None and isinstance(rec.get("t"), (int, float)):
+            ts = float(rec["t"])
+        if ts is not None:
+            return ts, path
+    return None, path
+
+
+def _stall(row: Dict[str, Any], session: Session, stall_after: float) -> None:
+    """A working session whose transcript has shown nothing new for `stall_after` seconds is stalled; with no
+    transcript to read there is no evidence, and it stays working (never stalled on a guess)."""
+    ts, path = last_progress(session)
+    row["progress_evidence"] = path
+    row["last_progress"] = ts
+    if ts is None:
+        row["how"] = (row.get("how") or "") + "; no progress evidence to judge a stall by (%s)" % (path or "no transcript")
+        return
+    quiet = time.time() - ts
+    if quiet >= stall_after:
+        row.update(state="stalled", how="working, and its transcript's last entry is %.0fs old (%s)" % (quiet, path))
+
+
+def _state(session: Optional[Session], engine: Any, profiles: Profiles) -> Dict[str, Any]:
+    """(state, how) of one target this round; `session` is None when its identity is no longer on the host."""
+    if session is None:
+        return {"state": "exited", "how": "its identity is no longer live on the host"}
+    if session["engine"] != engine:
+        return {"state": "exited", "how": "the %s in the pane exited (the pane now runs %s)" % (engine, session["engine"])}
+    with_state(session, profiles)
+    state = session.get("state", "unknown")
+    if state == "gone":
+        return {"state": "exited", "how": session.get("reason") or "the pane's program exited"}
+    kind, reason, _since, _source = waiting_on_human(session, profiles)
+    if kind is not None:
+        return {"state": "waiting", "how": reason, "screen_state": state}
+    if state == "idle":
+        how = "Claude's registry says idle" if "_record" in session else "the pane's screen is idle"
+        return {"state": "idle", "how": how, "screen_state": state}
+    return {"state": "working" if state == "busy" else state, "how": session.get("reason") or "", "screen_state": state}
+
+
+def _settled(row: Dict[str, Any], until: str) -> bool:
+    """Nothing more will change for this target: it reached the state, or it exited (it will never reach it)."""
+    return row["state"] == until or row["state"] == "exited"
+
+
+def wait_many(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    """`resolve`: the sessions `targets` name (every one, or an error); else wait on `watch`, each target pinned
+    to the identity and engine its resolve answered."""
+    if args.get("resolve"):
+        targets = args.get("targets")
+        if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
+            raise HelperError(P.BAD_REQUEST, "targets must be a non-empty list of session names")
+        return {"sessions": _resolve(targets, profiles)}
+    watch = args.get("watch")
+    if not isinstance(watch, list) or not watch or not all(isinstance(w, dict) and w.get("identity") for w in watch):
+        raise HelperError(P.BAD_REQUEST, "watch must be a non-empty list of {target, identity, engine}")
+    until = args.get("until", "idle")
+    if until not in UNTILS:
+        raise HelperError(P.BAD_REQUEST, "until must be one of %s, not %r" % (", ".join(UNTILS), until))
+    mode = args.get("mode", "any")
+    if mode not in ("any", "all"):
+        raise HelperError(P.BAD_REQUEST, "mode must be any or all, not %r" % mode)
+    timeout = float(args.get("timeout_s", 600))
+    stall_after = float(args.get("stall_after_s") or 600)
+    engines = [w.get("engine") for w in watch]
+    started = time.monotonic()
+    rows = [{"target": w.get("target"), "identity": w["identity"], "state": "unknown", "how": "not looked at yet"} for w in watch]
+    while True:
+        caller.check()  # a wait nobody awaits any more ends here
+        by_identity = {}  # type: Dict[str, Session]
+        for s in discover(profiles, []):
+            by_identity.setdefault(identity(s), s)
+        now = time.time()
+        for row, engine in zip(rows, engines):
+            if row.get("settled_at") is not None:
+                continue  # what it reached stands: an idle that turned busy again was still reached first
+            session = by_identity.get(row["identity"])
+            row.update(_state(session, engine, profiles))
+            if until == "stalled" and row["state"] == "working" and session is not None:
+                _stall(row, session, stall_after)
+            if _settled(row, until):
+                row["settled_at"] = now
+                row["reached"] = row["state"] == until
+                row["waited_s"] = round(time.monotonic() - started, 3)
+        reached = [r for r in rows if r.get("reached")]
+        settled = [r for r in rows if r.get("settled_at") is not None]
+        # --any: one reached is the answer, and when every one has settled none ever will.  --all: every one reached,
+        # and one that exited without reaching it means the answer is already no.
+        if mode == "any":
+            finished = bool(reached) or len(settled) == len(rows)
+        else:
+            finished = len(reached) == len(rows) or any(not r.get("reached") for r in settled)
+        if finished or time.monotonic() - started >= timeout:
+            break
+        time.sleep(ROUND_S)
+    for row in rows:
+        row.setdefault("reached", False)
+    return {
+        "sessions": rows,
+        "reached": (bool(reached) if mode == "any" else len(reached) == len(rows)),
+        "timed_out": not finished,
+        "waited_s": round(time.monotonic() - started, 3),
+    }
