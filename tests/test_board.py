@@ -138,7 +138,7 @@ def test_board_across_the_ssh_fleet_with_a_host_down(sshfleet: SSHFleet, isolate
     res = cli("board", "--json")
     assert res.code == 8, res.out  # some hosts answered, one did not
     doc = res.json()
-    assert [(w["host"], w["name"], w["state"]) for w in doc["data"]["waiting"]] == [("h2", "stuck", "dialog")]
+    assert [(w["host"], w["name"], w["screen_state"]) for w in doc["data"]["waiting"]] == [("h2", "stuck", "dialog")]
     hosts = {h["host"]: h for h in doc["data"]["hosts"]}
     assert hosts["closed"]["ok"] is False and hosts["closed"]["error"]["code"] == "connection_refused"
     assert hosts["h2"] == {"host": "h2", "ok": True, "sessions": 2, "waiting": 1}
@@ -156,7 +156,12 @@ def test_a_real_claude_at_its_trust_dialog_is_on_the_board(claude_lab: Any) -> N
     assert doc.exit_code == 0, doc.errors
     rows = [w for w in doc.data["waiting"] if w["id"] == session.pane]
     assert len(rows) == 1, doc.data
-    assert rows[0]["engine"] == "claude" and rows[0]["state"] == "dialog" and rows[0]["since_source"] == "pane_activity"
+    assert (
+        rows[0]["engine"] == "claude"
+        and rows[0]["state"] == "waiting_on_human"
+        and rows[0]["screen_state"] == "dialog"
+        and rows[0]["since_source"] == "pane_activity"
+    )
     assert rows[0]["reason"].startswith("dialog on screen: ")
 
 

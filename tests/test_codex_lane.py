@@ -493,7 +493,8 @@ def test_a_thread_not_loaded_and_an_exec_thread_are_refused_never_pasted(
     assert status_type(lab, gone) == "notLoaded"
     before = (len(lab.turns()), other.screen())
     status = cli("status", f"local:{gone}", "--json").json()["data"]["session"]
-    assert (status["thread"], status["thread_status"], status["state"]) == (gone, "notLoaded", "gone"), status
+    assert (status["thread"], status["thread_status"], status["state"]) == (gone, "notLoaded", "exited"), status
+    assert status["screen_state"] == "gone", status
     code, data = send(cli, f"local:{gone}", "to a thread nobody runs")
     assert code == 4, data
     assert (data["outcome"], data["code"], data["lane"]) == ("refused", "thread_not_loaded", "queue"), data

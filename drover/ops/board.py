@@ -106,7 +106,8 @@ def _waiting(host: str, s: dict[str, Any], now: float, seen: FirstSeen) -> dict[
         "id": s.get("id"),
         "name": s.get("name"),
         "engine": s.get("engine"),
-        "state": human["kind"],
+        "state": "waiting_on_human",  # the one vocabulary of ls, status and spawns (drover/session_state.py)
+        "screen_state": human["kind"],  # what the host saw: a dialog, or Claude's own `waiting`
         "reason": human["reason"],
         "since": since,
         "since_source": source,

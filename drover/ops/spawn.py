@@ -56,6 +56,7 @@ class SpawnsRequest(Request):
     host: str | None = Field(None, description="only sessions spawned on these hosts: a name, list or range (h[1-3],!h2)")
     parent: str | None = Field(None, description="only those dispatched by this actor, or for this message id (or prefix)")
     limit: int = Field(50, ge=1, le=10000, description="the newest N")
+    live: bool = Field(True, description="ask each host for each session's live state (one list request per host)")
 
 
 def default_name(cwd: str, engine: str) -> str:
@@ -397,4 +398,9 @@ async def sessions_spawns(ctx: Context, req: SpawnsRequest) -> Result:
         rows.append(row)
     rows.reverse()
     total = len(rows) + (0 if complete else 1)
-    return Result({"spawns": rows, "total": total, "complete": complete, "warnings": stats.warnings()})
+    warnings = stats.warnings()
+    if req.live:
+        from drover.ops.live_state import live_spawns
+
+        await live_spawns(ctx, rows, warnings)
+    return Result({"spawns": rows, "total": total, "complete": complete, "warnings": warnings})
