@@ -16,7 +16,7 @@ session, and a transcript can be hundreds of megabytes.
 import json
 import os
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 FUTURE_SLACK_S = 120.0  # a host's clock and the engine's may differ a little; more than this is not a time to trust
 TAIL_BYTES = 64 * 1024
@@ -24,24 +24,26 @@ MAX_TAIL_BYTES = 8 * 1024 * 1024
 RETRY_KINDS = (("system", "api_error"),)  # (type, subtype) of Claude's retry entries
 
 
-def _tail_lines(path: str) -> List[bytes]:
-    """The whole lines at the end of `path`, oldest first (the first, cut line of a partial read left out)."""
+def _tails(path: str) -> Iterator[Tuple[List[bytes], bool]]:
+    """The whole lines at the end of `path`, oldest first, over a window that doubles on each next(); with whether
+    the window holds the whole file.  The first line of a window that starts inside one is left out, and so is a
+    last line a writer has not finished (no newline yet)."""
     try:
         size = os.path.getsize(path)
     except OSError:
-        return []
+        return
     want = TAIL_BYTES
     with open(path, "rb") as f:
         while True:
             start = max(0, size - want)
             f.seek(start)
             data = f.read(size - start)
-            lines = data.split(b"\n")
+            lines = data.split(b"\n")[:-1]  # the piece after the last newline is not a whole line
             if start > 0:
                 lines = lines[1:]  # begins inside a line
-            whole = [ln for ln in lines if ln.strip()]
-            if whole or start == 0 or want >= MAX_TAIL_BYTES:
-                return whole
+            yield [ln for ln in lines if ln.strip()], start == 0 or want >= MAX_TAIL_BYTES
+            if start == 0 or want >= MAX_TAIL_BYTES:
+                return
             want *= 2
 
 
@@ -63,17 +65,28 @@ def _kind(rec: Dict[str, Any], engine: str) -> str:
 
 def scan(path: str, engine: str, now: Optional[float] = None) -> Dict[str, Any]:
     """What the record's tail says: its newest progress entry (time, kind), the retries after it, entries from the
-    future.  Pure reading: no state is decided here."""
+    future.  Pure reading: no state is decided here.  The window grows until it holds a progress entry."""
     now = time.time() if now is None else now
+    out = {}  # type: Dict[str, Any]
+    for lines, last in _tails(path):
+        out = _scan_lines(lines, engine, now)
+        if out["last_progress"] is not None or last:
+            break
+    if not out:
+        out = _scan_lines([], engine, now)
+    out["path"] = path
+    return out
+
+
+def _scan_lines(lines: List[bytes], engine: str, now: float) -> Dict[str, Any]:
     out = {
-        "path": path,
         "last_progress": None,
         "entry": None,
         "retries": 0,
         "last_retry": None,
         "future_entries": 0,
     }  # type: Dict[str, Any]
-    for raw in reversed(_tail_lines(path)):
+    for raw in reversed(lines):
         try:
             rec = json.loads(raw.decode("utf-8", "replace"))
         except ValueError:
