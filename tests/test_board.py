@@ -62,7 +62,7 @@ def test_board_lists_dialogs_and_claudes_waiting_oldest_first_not_drafts(
     assert res.code == 0, res.err
     data = res.json()["data"]
     waiting = data["waiting"]
-    assert [(w["name"], w["state"], w["reason"]) for w in waiting] == [
+    assert [(w["name"], w["screen_state"], w["reason"]) for w in waiting] == [
         ("reviewer", "waiting", "Claude is waiting: permission prompt"),
         ("asking", "dialog", "dialog on screen: 'Do you want to proceed?'"),
     ]
@@ -176,7 +176,7 @@ def test_a_real_claude_at_a_permission_prompt_is_on_the_board_and_a_broadcast_sk
     doc = drover.run("board", {})
     rows = [w for w in doc.data["waiting"] if w["name"] == "perm-board"]
     assert len(rows) == 1, doc.data
-    assert (rows[0]["engine"], rows[0]["state"], rows[0]["reason"]) == (
+    assert (rows[0]["engine"], rows[0]["screen_state"], rows[0]["reason"]) == (
         "claude",
         "waiting",
         "Claude is waiting: permission prompt",

@@ -17,7 +17,7 @@ from drover import fleet as fleet_mod
 from drover import lifecycle
 from drover import session_state as S
 from drover.errors import FleetInvalid
-from drover.remote import progress
+from drover.remote import progress, transcripts
 from drover.truth import TruthFile
 from tests.conftest import wait_for
 from tests.test_spawn import demo_template, fleet_with
@@ -244,3 +244,28 @@ def test_a_real_claude_held_in_a_model_call_is_stalled_then_killed_is_exited(cla
     gone = wait_for(lambda: (s := look())["state"] == "exited" and s, what="exited")
     assert gone["identity"] == data["identity"] and gone["spawn_id"] == data["spawn_id"]
     control.write_text("{}")
+
+
+def test_the_real_claude_retrying_a_529_is_stalled_its_retries_evidence_not_progress(
+    claude_lab: Any, isolated: Path, monkeypatch: Any
+) -> None:
+    """The fake API answers every model call 529 (overloaded): Claude Code retries with backoff, writing an
+    `api-request` entry for each attempt.  None of them is progress: the session stalls, its retries counted."""
+    use_fleet(isolated, monkeypatch, '[defaults]\nstall_after = "3s"\n')
+    s = claude_lab.start("overloaded", status=529)
+    sent = drover.run("sessions.message", {"id": s.name, "text": "a turn the API keeps refusing"}, actor="t")
+    assert sent.data["outcome"] == "delivered", sent.data
+
+    def stalled_with_retries() -> dict[str, Any] | None:
+        st = status("overloaded")
+        seen = st["evidence"].get("progress") or {}
+        return st if st["state"] == "stalled" and seen.get("retries", 0) >= 2 else None
+
+    st = wait_for(stalled_with_retries, what="stalled, retrying")
+    seen = st["evidence"]["progress"]
+    assert st["evidence"]["claude_status"] == "busy" and st["progress_source"] == "transcript"
+    requests = [r for r in s.transcript() if r.get("type") == "api-request"]
+    assert len(requests) >= 3 and seen["requests"] >= 3
+    newest = max(transcripts.parse_ts(r["timestamp"]) or 0 for r in requests)
+    assert st["last_progress"] < seen["last_request"] <= newest  # the retries moved nothing on
+    s.set_control()  # let it through, so the session ends its turn

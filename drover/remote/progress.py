@@ -2,9 +2,13 @@
 a Codex rollout, the demo agent's log), else the pane's last output (tmux's window_activity).
 
 What is not progress, and why:
-- Claude's `system` / `api_error` entries: written once per retry of a failing model call (a 529 "overloaded"
-  loop writes one every few seconds while the turn goes nowhere).  They are evidence (`retry`), never progress,
-  or a worker stuck in a retry loop would look fresh for as long as the loop runs.
+- Claude's model calls: Claude Code 2.1 writes an `api-request` entry (and `api-request-shape`/`-blob`) for every
+  attempt of a call, so a 529 "overloaded" loop writes one every few seconds while the turn goes nowhere -- the
+  same request again (its `requestDigest` repeats).  Its `system` / `api_error` entries, where written, likewise.
+  They are evidence (`requests`, `retries`, `last_request`, `last_retry`), never progress, or a worker stuck in a
+  retry loop would look fresh for as long as the loop runs.  A call that hangs shows the same way: the request,
+  and nothing after it.
+- Claude's `queue-operation` entries: a message arriving for the session, not the session doing anything.
 - An entry stamped in the future (past FUTURE_SLACK_S of the host's clock): a clock that jumped or a forged line
   would otherwise keep a session looking fresh until that time comes.  It is stepped over and counted
   (`future_entries`), and the entry before it stands.
@@ -22,6 +26,8 @@ FUTURE_SLACK_S = 120.0  # a host's clock and the engine's may differ a little; m
 TAIL_BYTES = 64 * 1024
 MAX_TAIL_BYTES = 8 * 1024 * 1024
 RETRY_KINDS = (("system", "api_error"),)  # (type, subtype) of Claude's retry entries
+REQUEST = "api-request"  # one model call's attempt (Claude Code 2.1): a retry repeats its requestDigest
+NOT_PROGRESS = ("api-request-shape", "api-request-blob", "queue-operation")
 
 
 def _tails(path: str) -> Iterator[Tuple[List[bytes], bool]]:
@@ -84,8 +90,11 @@ def _scan_lines(lines: List[bytes], engine: str, now: float) -> Dict[str, Any]:
         "entry": None,
         "retries": 0,
         "last_retry": None,
+        "requests": 0,
+        "last_request": None,
         "future_entries": 0,
     }  # type: Dict[str, Any]
+    digests = []  # type: List[str]
     for raw in reversed(lines):
         try:
             rec = json.loads(raw.decode("utf-8", "replace"))
@@ -110,9 +119,19 @@ def _scan_lines(lines: List[bytes], engine: str, now: float) -> Dict[str, Any]:
                     "status": err.get("status"),
                 }
             continue
+        if engine == "claude" and rec.get("type") == REQUEST:
+            out["requests"] += 1
+            if out["last_request"] is None:
+                out["last_request"] = ts
+            if isinstance(rec.get("requestDigest"), str):
+                digests.append(rec["requestDigest"])
+            continue
+        if engine == "claude" and rec.get("type") in NOT_PROGRESS:
+            continue
         out["last_progress"] = ts
         out["entry"] = _kind(rec, engine)
         break
+    out["retries"] += len(digests) - len(set(digests))  # the same request sent again
     return out
 
 
@@ -152,5 +171,7 @@ def of(session: Dict[str, Any], now: Optional[float] = None) -> Dict[str, Any]:
         "entry": "output" if isinstance(since, int) else None,
         "retries": 0,
         "last_retry": None,
+        "requests": 0,
+        "last_request": None,
         "future_entries": 0,
     }
