@@ -116,6 +116,7 @@ def test_spawn_on_a_remote_host_comes_up_gets_its_brief_with_the_snapshot_and_is
         rows = cli("spawns", "--parent", parent, "--json").json()["data"]["spawns"]
         live = [(r["host"], r["id"], r["name"], r["spawn_state"], r["state"]) for r in rows]
         assert live == [("h2", data["id"], "worker-1", "ready", "idle")]  # the live state, asked of h2 over SSH
+        assert rows[0]["progress_source"] == "log" and rows[0]["last_progress"] > 0  # h2's helper read its log
         assert rows[0]["parent"] == {"actor": "coordinator", "msg": "msg_0parent42"}
         assert rows[0]["brief_msg"] == data["brief"]["id"] and rows[0]["brief_outcome"] == "delivered"
     assert cli("spawns", "--parent", "somebody-else", "--json").json()["data"]["spawns"] == []
