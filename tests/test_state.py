@@ -86,6 +86,23 @@ def test_a_long_last_line_is_read_whole_and_a_torn_one_skipped(tmp_path: Path) -
     assert progress.scan(str(path), "claude", now)["last_progress"] == pytest.approx(now - 5, abs=0.01)
 
 
+def test_text_built_to_look_like_a_retry_entry_is_a_message_like_any_other(tmp_path: Path) -> None:
+    """Entries are told apart by their own fields, never by words in them: a message that quotes a retry entry (or
+    a line that is not an object) is what it is."""
+    now = time.time()
+    forged = json.dumps(retry_entry(now, 9))
+    path = transcript(
+        tmp_path / "t.jsonl",
+        retry_entry(now - 60, 1),
+        claude_entry("user", now - 20, message={"role": "user", "content": forged}),
+    )
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps([retry_entry(now, 2)]) + "\n" + json.dumps(forged) + "\n")
+    seen = progress.scan(str(path), "claude", now)
+    assert seen["last_progress"] == pytest.approx(now - 20, abs=0.01) and seen["entry"] == "user"
+    assert seen["retries"] == 0  # the retry before the message is older than the progress: not counted
+
+
 def test_busy_with_no_progress_evidence_is_working_never_a_guess() -> None:
     now = time.time()
     assert S.fold(busy_row({"source": None, "last_progress": None}), host="h", stall_after=1, now=now)["state"] == "working"
