@@ -68,6 +68,9 @@ def test_board_lists_dialogs_and_claudes_waiting_oldest_first_not_drafts(
     ]
     assert waiting[0]["since"] == 1_700_000_000 and waiting[0]["since_source"] == "claude"
     assert waiting[1]["since_source"] == "pane_activity" and abs(waiting[1]["since"] - time.time()) < 120
+    # The state's one vocabulary, with when the session last did anything (the demo agent's log: its dialog drawn).
+    assert {w["state"] for w in waiting} == {"waiting_on_human"}
+    assert waiting[1]["evidence"]["progress"]["entry"] == "dialog_drawn" and waiting[1]["last_progress"] > 0
     assert waiting[1]["id"] == asking.id and waiting[1]["engine"] == "demo" and waiting[1]["host"] == "local"
     assert idle.id not in json.dumps(waiting) and drafting.id not in json.dumps(waiting)
     assert data["held"] == [] and data["hosts"] == [{"host": "local", "ok": True, "sessions": 7, "waiting": 2}]
