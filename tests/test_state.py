@@ -163,7 +163,8 @@ def status(target: str) -> dict[str, Any]:
 
 
 def test_a_demo_agent_busy_with_no_progress_is_stalled_then_idle(tmux: Any, isolated: Path, monkeypatch: Any) -> None:
-    use_fleet(isolated, monkeypatch, '[defaults]\nstall_after = "1s"\n')
+    # The engine's own threshold over the default's (and a table of that one key leaves the demo's profile whole).
+    use_fleet(isolated, monkeypatch, '[defaults]\nstall_after = "1h"\n[engines.demo]\nstall_after = "1s"\n')
     pane = tmux.agent("slow")
     os.kill(pane.pid, signal.SIGUSR2)  # busy, and writes nothing to its log: no progress
     wait_for(lambda: "esc to interrupt" in pane.screen(), what="busy")
