@@ -70,6 +70,9 @@ class HostConfig(_Strict):
     spawn_server: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="the tmux server (as tmux -L) spawned sessions start in"
     )
+    stall_after: MaybeSeconds = Field(
+        None, gt=0, le=MAX_DURATION_S, description="this host's sessions: working with no progress this long is stalled"
+    )
 
     @field_validator("banner_ok")
     @classmethod
@@ -120,6 +123,9 @@ class Defaults(_Strict):
     daemon: bool = Field(True, description="start a per-user daemon on first use, keeping SSH connections warm")
     daemon_idle_s: Seconds = Field(
         600.0, gt=0, le=MAX_DURATION_S, description="seconds a daemon with nothing to do waits before exiting"
+    )
+    stall_after: Seconds = Field(
+        600.0, gt=0, le=MAX_DURATION_S, description="a session working with no progress evidence this long is stalled"
     )
 
 
@@ -308,6 +314,16 @@ class Fleet(_Strict):
                 )
             names = chosen
         return names
+
+    def stall_after(self, host: str, engine: str | None) -> float:
+        """How long a working session may show no progress before it is `stalled`: the host's own setting, else its
+        engine's, else [defaults] (a host that is slow or loaded knows better than an engine in general)."""
+        own = self.hosts[host].stall_after if host in self.hosts else None
+        prof = self.engines.get(engine or "")
+        for value in (own, prof.stall_after if prof is not None else None):
+            if value is not None:
+                return value
+        return self.defaults.stall_after
 
     def profile_overrides(self) -> dict[str, dict[str, Any]]:
         return {name: prof.overrides() for name, prof in self.engines.items()}

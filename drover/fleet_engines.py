@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from drover.paths import seconds_in
+from drover.paths import MAX_DURATION_S, seconds_in
 
 
 def check_regexes(value: list[str] | str | None) -> list[str] | str | None:
@@ -60,6 +60,8 @@ class EngineProfile(_Strict):
     input_end_last: bool | None = None
     # [engines.shell]: the user vouches that their tcsh never uses vi bindings (drover cannot read tcsh's mode).
     tcsh_emacs: bool | None = None
+    # Read by the client (drover/session_state.py), never sent to the host with the screen patterns.
+    stall_after: MaybeSeconds = Field(None, gt=0, le=MAX_DURATION_S)
 
     @field_validator(
         "scripts",
@@ -86,7 +88,7 @@ class EngineProfile(_Strict):
         return value
 
     def overrides(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True)
+        return self.model_dump(exclude_none=True, exclude={"stall_after"})
 
 
 class SpawnEngine(_Strict):

@@ -190,8 +190,8 @@ def test_an_async_client_on_its_loop_and_a_cancelled_op(tmux: Tmux) -> None:
         await until(lambda: not waiters(), "the cancelled wait to stop")
 
     asyncio.run(through_drover_arun())
-    assert drover.run("sessions.status", id=pane.address)["data"]["session"]["state"] == "busy"
-    assert status["ok"] and status["data"]["session"]["state"] == "busy", status
+    assert drover.run("sessions.status", id=pane.address)["data"]["session"]["state"] == "working"
+    assert status["ok"] and status["data"]["session"]["state"] == "working", status
 
     async def elsewhere() -> None:
         await client.run("sessions.list")
@@ -381,7 +381,7 @@ def test_close_ends_the_calls_other_threads_are_in_with_a_clear_error(tmux: Tmux
         assert isinstance(ended[i], RuntimeError) and "closed while the call ran" in str(ended[i]), ended[i]
     wait_for(lambda: not waiters(), what="the stopped waits to let go of the pane")
     # Closed, not broken: drover.run opens a new client; the closed one says it is closed.
-    assert drover.run("sessions.status", id=pane.address)["data"]["session"]["state"] == "busy"
+    assert drover.run("sessions.status", id=pane.address)["data"]["session"]["state"] == "working"
     with pytest.raises(RuntimeError, match=r"this drover\.Client is closed"):
         client.run("sessions.status", id=pane.address)
 

@@ -62,12 +62,15 @@ def test_board_lists_dialogs_and_claudes_waiting_oldest_first_not_drafts(
     assert res.code == 0, res.err
     data = res.json()["data"]
     waiting = data["waiting"]
-    assert [(w["name"], w["state"], w["reason"]) for w in waiting] == [
+    assert [(w["name"], w["screen_state"], w["reason"]) for w in waiting] == [
         ("reviewer", "waiting", "Claude is waiting: permission prompt"),
         ("asking", "dialog", "dialog on screen: 'Do you want to proceed?'"),
     ]
     assert waiting[0]["since"] == 1_700_000_000 and waiting[0]["since_source"] == "claude"
     assert waiting[1]["since_source"] == "pane_activity" and abs(waiting[1]["since"] - time.time()) < 120
+    # The state's one vocabulary, with when the session last did anything (the demo agent's log: its dialog drawn).
+    assert {w["state"] for w in waiting} == {"waiting_on_human"}
+    assert waiting[1]["evidence"]["progress"]["entry"] == "dialog_drawn" and waiting[1]["last_progress"] > 0
     assert waiting[1]["id"] == asking.id and waiting[1]["engine"] == "demo" and waiting[1]["host"] == "local"
     assert idle.id not in json.dumps(waiting) and drafting.id not in json.dumps(waiting)
     assert data["held"] == [] and data["hosts"] == [{"host": "local", "ok": True, "sessions": 7, "waiting": 2}]
@@ -138,7 +141,7 @@ def test_board_across_the_ssh_fleet_with_a_host_down(sshfleet: SSHFleet, isolate
     res = cli("board", "--json")
     assert res.code == 8, res.out  # some hosts answered, one did not
     doc = res.json()
-    assert [(w["host"], w["name"], w["state"]) for w in doc["data"]["waiting"]] == [("h2", "stuck", "dialog")]
+    assert [(w["host"], w["name"], w["screen_state"]) for w in doc["data"]["waiting"]] == [("h2", "stuck", "dialog")]
     hosts = {h["host"]: h for h in doc["data"]["hosts"]}
     assert hosts["closed"]["ok"] is False and hosts["closed"]["error"]["code"] == "connection_refused"
     assert hosts["h2"] == {"host": "h2", "ok": True, "sessions": 2, "waiting": 1}
@@ -156,7 +159,12 @@ def test_a_real_claude_at_its_trust_dialog_is_on_the_board(claude_lab: Any) -> N
     assert doc.exit_code == 0, doc.errors
     rows = [w for w in doc.data["waiting"] if w["id"] == session.pane]
     assert len(rows) == 1, doc.data
-    assert rows[0]["engine"] == "claude" and rows[0]["state"] == "dialog" and rows[0]["since_source"] == "pane_activity"
+    assert (
+        rows[0]["engine"] == "claude"
+        and rows[0]["state"] == "waiting_on_human"
+        and rows[0]["screen_state"] == "dialog"
+        and rows[0]["since_source"] == "pane_activity"
+    )
     assert rows[0]["reason"].startswith("dialog on screen: ")
 
 
@@ -171,7 +179,7 @@ def test_a_real_claude_at_a_permission_prompt_is_on_the_board_and_a_broadcast_sk
     doc = drover.run("board", {})
     rows = [w for w in doc.data["waiting"] if w["name"] == "perm-board"]
     assert len(rows) == 1, doc.data
-    assert (rows[0]["engine"], rows[0]["state"], rows[0]["reason"]) == (
+    assert (rows[0]["engine"], rows[0]["screen_state"], rows[0]["reason"]) == (
         "claude",
         "waiting",
         "Claude is waiting: permission prompt",

@@ -250,7 +250,7 @@ def test_guard_refuses_the_real_trust_dialog_and_a_real_permission_dialog(claude
     assert (queued.data["outcome"], queued.data["lane"]) == ("queuedBehindTurn", "inbox")
     stays(lambda: "Do you want to proceed?" in asker.screen(), 1, "the permission dialog staying unanswered")
     st = drover.run("sessions.status", {"id": asker.name}).data["session"]
-    assert st["state"] == "waiting" and "permission" in st["reason"]
+    assert st["state"] == "waiting_on_human" and st["evidence"]["claude_status"] == "waiting" and "permission" in st["reason"]
     assert st["screen_state"] == "dialog"
 
 

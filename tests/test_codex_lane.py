@@ -117,6 +117,33 @@ def rollout_turns(s: CodexSession) -> list[list[str]]:
     return turns
 
 
+# -- state: a thread whose window was killed ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_thread_whose_window_was_killed_is_exited_not_idle_loaded_no_pane(
+    lab: CodexLab, seen: None, cli: Callable[..., CliResult]
+) -> None:
+    """Its app-server keeps the thread loaded and idle after the TUI's window is gone: `status THREAD` said
+    "idle (loaded, no pane)", a worker that looked ready for its next message.  Nothing runs it: it is exited."""
+    s = start(lab, "q-killed")
+    code, data = send(cli, f"local:{s.pane}", "a first message, so the thread has a rollout")
+    assert code == 0, data
+    wait_for(lambda: s.rollout_path() is not None and status_type(lab, s.thread_id) == "idle", 60, "the turn to end")
+    live = cli("status", f"local:{s.thread_id}", "--json").json()["data"]["session"]
+    assert (live["id"], live["state"], live["progress_source"]) == (s.pane, "idle", "rollout"), live
+    lab.tmux("kill-pane", "-t", s.pane)
+    wait_for(lambda: s.pane not in lab.tmux("list-panes", "-a", "-F", "#{pane_id}").split(), 15, "the pane gone")
+    start(lab, "q-witness")  # a TUI of the same CODEX_HOME: what puts that home in drover's sight (as for a person)
+    res = cli("status", f"local:{s.thread_id}", "--json")
+    assert res.code == 0, res.out + res.err
+    st = res.json()["data"]["session"]
+    assert st["thread"] == s.thread_id and st["state"] == "exited", st
+    # The user's case exactly: its app-server still has it loaded and idle, and nothing runs it.
+    assert (st["screen_state"], st["thread_status"]) == ("idle", "idle"), st
+    assert "app-server keeps it loaded" in st["evidence"]["reason"], st
+
+
 # -- must show: a queued message runs as a turn and is verified in the rollout ------------------------------------
 
 
@@ -519,7 +546,8 @@ def test_a_thread_not_loaded_and_an_exec_thread_are_refused_never_pasted(
     assert status_type(lab, gone) == "notLoaded"
     before = (len(lab.turns()), other.screen())
     status = cli("status", f"local:{gone}", "--json").json()["data"]["session"]
-    assert (status["thread"], status["thread_status"], status["state"]) == (gone, "notLoaded", "gone"), status
+    assert (status["thread"], status["thread_status"], status["state"]) == (gone, "notLoaded", "exited"), status
+    assert status["screen_state"] == "gone", status
     code, data = send(cli, f"local:{gone}", "to a thread nobody runs")
     assert code == 4, data
     assert (data["outcome"], data["code"], data["lane"]) == ("refused", "thread_not_loaded", "queue"), data

@@ -50,7 +50,7 @@ OPS = {
     "sessions.nudge": ["host", "id", "text", "actor", "via", "create_if_missing", "engine", "cwd", "name"],
     "sessions.read": ["host", "id", "last", "roles", "grep", "since", "raw"],
     "sessions.spawn": ["host", "engine", "cwd", "name", "brief", "actor", "parent_msg", "args"],
-    "sessions.spawns": ["host", "parent", "target", "limit"],
+    "sessions.spawns": ["host", "parent", "target", "limit", "live"],
     "sessions.status": ["host", "id", "tail"],
     "sessions.wait": ["host", "id", "until", "timeout_s"],
     "sessions.wait_many": ["targets", "mode", "until", "timeout_s", "stall_after_s"],

@@ -57,7 +57,10 @@ BROADCAST_ID = re.compile(r"\bbc_[0-9a-f]{18}\b")  # drover/ops/broadcast.py new
 UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")  # receiver_msg_id
 ISO_TIME = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?")
 # JSON members whose value is a clock reading, a process id or a duration (a number, or null when unknown).
-VARYING_KEYS = ("ts", "t", "since", "status_since", "last_activity", "first_seen", "pid", "engine_pid", "elapsed_s")
+VARYING_KEYS = (
+    *("ts", "t", "since", "status_since", "last_activity", "first_seen", "pid", "engine_pid", "elapsed_s"),
+    *("last_progress", "process", "no_progress_for", "last_seen"),
+)
 VARYING = re.compile(r'"(' + "|".join(VARYING_KEYS) + r')": ?-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?')
 # A tmux session's identity ends in its pane's process id: tmux:SERVER/%PANE@PID.
 IDENTITY_PID = re.compile(r"(\btmux:[\w.-]+/%\d+)@\d+\b")

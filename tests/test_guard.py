@@ -159,7 +159,7 @@ def test_agent_dialog_is_refused_with_exit_code_and_nothing_typed(tmux: Tmux, cl
     assert res.code == 4
     assert "refused" in res.err and "Do you want to proceed?" in res.err
     st = cli("status", "dlg", "--json").json()["data"]["session"]
-    assert st["state"] == "dialog"
+    assert (st["state"], st["screen_state"]) == ("waiting_on_human", "dialog")
     stays(lambda: pane.events("dialog") == [] and pane.events("dialog_input") == [] and pane.messages() == [])
 
 

@@ -114,7 +114,9 @@ def test_spawn_on_a_remote_host_comes_up_gets_its_brief_with_the_snapshot_and_is
     # The record: the spawn, its parent, its brief's message id -- queryable by the parent's actor or message id.
     for parent in ("coordinator", "msg_0parent42", "msg_0par"):
         rows = cli("spawns", "--parent", parent, "--json").json()["data"]["spawns"]
-        assert [(r["host"], r["id"], r["name"], r["state"]) for r in rows] == [("h2", data["id"], "worker-1", "ready")]
+        live = [(r["host"], r["id"], r["name"], r["spawn_state"], r["state"]) for r in rows]
+        assert live == [("h2", data["id"], "worker-1", "ready", "idle")]  # the live state, asked of h2 over SSH
+        assert rows[0]["progress_source"] == "log" and rows[0]["last_progress"] > 0  # h2's helper read its log
         assert rows[0]["parent"] == {"actor": "coordinator", "msg": "msg_0parent42"}
         assert rows[0]["brief_msg"] == data["brief"]["id"] and rows[0]["brief_outcome"] == "delivered"
     assert cli("spawns", "--parent", "somebody-else", "--json").json()["data"]["spawns"] == []
@@ -133,7 +135,7 @@ def test_an_unreachable_host_is_a_failure_and_is_recorded(sshfleet: SSHFleet, is
     assert res.code == 5
     assert "closed" in one_line_error(res)
     rows = cli("spawns", "--json").json()["data"]["spawns"]
-    assert [(r["host"], r["state"], r["code"]) for r in rows] == [("closed", "failed", "connection_refused")]
+    assert [(r["host"], r["spawn_state"], r["code"]) for r in rows] == [("closed", "failed", "connection_refused")]
 
 
 def test_a_host_without_tmux_says_so(sshfleet: SSHFleet, isolated: Path, cli: Any) -> None:
@@ -212,7 +214,7 @@ def test_a_brief_the_limits_refuse_is_refused_before_anything_starts(tmux: Any, 
         assert not (isolated / f"big{n}.jsonl").exists()  # the demo agent never ran
     assert not Path(rspawn.socket_path("default")).exists()  # no tmux server, so no session
     rows = cli("--fleet", str(fleet), "spawns", "--json").json()["data"]["spawns"]
-    assert [(r["name"], r["state"], r["code"], r["brief_outcome"]) for r in rows] == [
+    assert [(r["name"], r["spawn_state"], r["code"], r["brief_outcome"]) for r in rows] == [
         ("big0", "failed", "too_large", "refused"),
         ("big1", "failed", "too_large", "refused"),
     ]
@@ -263,7 +265,7 @@ def test_a_command_that_exits_at_once_is_a_clear_failure_not_a_hang(tmux: Any, i
     left = subprocess.run(["tmux", "-S", sock, "has-session", "-t", "=dies"], capture_output=True, timeout=10)
     assert left.returncode != 0
     rows = cli("--fleet", str(fleet), "spawns", "--json").json()["data"]["spawns"]
-    assert [(r["state"], r["code"]) for r in rows] == [("failed", "engine_exited")]
+    assert [(r["spawn_state"], r["code"]) for r in rows] == [("failed", "engine_exited")]
 
 
 def test_a_session_that_never_gets_ready_times_out_showing_its_screen(tmux: Any, isolated: Path, cli: Any) -> None:
@@ -306,7 +308,7 @@ def test_a_dialog_stops_the_spawn_and_nothing_is_typed_into_it(tmux: Any, isolat
     assert res.code == 3, res.err
     assert "stopped at a dialog" in res.err and "not briefed" in res.out
     rows = cli("--fleet", str(fleet), "spawns", "--json").json()["data"]["spawns"]
-    assert [(r["name"], r["state"], r["brief_msg"]) for r in rows] == [("asks", "waiting", None)]
+    assert [(r["name"], r["spawn_state"], r["brief_msg"]) for r in rows] == [("asks", "waiting", None)]
     assert "Do you want to proceed" in rows[0]["reason"]
     stays(lambda: not answered.exists(), seconds=1.0, what="the dialog left unanswered")
     assert cli("--fleet", str(fleet), "log", "--json").json()["data"]["messages"] == []
@@ -430,7 +432,7 @@ def test_claude_in_an_untrusted_folder_stops_at_the_trust_dialog_and_shows_on_th
     assert res.json()["errors"][0]["code"] == "held"
     board = drover.run("board", {"hosts": ["h1"]})
     assert board.exit_code == 0, board.errors
-    assert [(w["host"], w["name"], w["engine"], w["state"]) for w in board.data["waiting"]] == [
+    assert [(w["host"], w["name"], w["engine"], w["screen_state"]) for w in board.data["waiting"]] == [
         ("h1", "cc-new", "claude", "dialog")
     ]
     # Still at the dialog, untouched: no message was sent, the folder is still untrusted, Claude never registered.
@@ -502,7 +504,7 @@ def test_codex_in_a_pretrusted_folder_is_briefed_and_an_untrusted_repository_wai
     assert res.code == 3, res.err + res.out
     data = res.json()["data"]
     assert data["state"] == "waiting" and data["brief"] is None and "Trust this folder" in " ".join(data["tail"]) + data["reason"]
-    listed = {s["name"]: s["state"] for s in cli("--fleet", str(fleet), "ls", "--json").json()["data"]["sessions"]}
+    listed = {s["name"]: s["screen_state"] for s in cli("--fleet", str(fleet), "ls", "--json").json()["data"]["sessions"]}
     assert listed == {"cx-pre": "idle", "cx-new": "dialog"}
     assert str(other) not in tomllib.loads((lab.codex_home / "config.toml").read_text())["projects"]
     assert not any("never typed" in t for turn in lab.turns() for t in lab.inputs_of(turn))
@@ -614,7 +616,7 @@ def test_a_settings_file_drover_must_not_touch_is_exit_7_and_nothing_starts(tmux
     assert not Path(rspawn.socket_path("default")).exists()
     assert link.is_symlink() and not (isolated / "dotfiles").exists()
     rows = cli("--fleet", str(fleet), "spawns", "--json").json()["data"]["spawns"]
-    assert [(r["state"], r["code"]) for r in rows] == [("failed", "trust_file_error")]
+    assert [(r["spawn_state"], r["code"]) for r in rows] == [("failed", "trust_file_error")]
 
 
 def test_a_cwd_ending_in_a_semicolon_is_not_a_tmux_command_separator(tmux: Any, isolated: Path, cli: Any) -> None:
@@ -790,7 +792,7 @@ def test_spawns_reads_the_record_backwards_and_stops_at_its_newest(isolated: Pat
         return real_parse(raw)
 
     monkeypatch.setattr(truth_mod, "parse", counting)
-    res = drover.run("sessions.spawns", {"limit": 3})
+    res = drover.run("sessions.spawns", {"limit": 3, "live": False})  # the record alone: no host asked
     assert res.exit_code == 0, res.errors
     assert [r["name"] for r in res.data["spawns"]] == ["s117", "s118", "s119"]
     assert res.data["complete"] is False
@@ -803,7 +805,7 @@ def test_spawns_reads_the_record_backwards_and_stops_at_its_newest(isolated: Pat
         ({"parent": "msg_010", "limit": 1000}, lambda r: r["parent"]["msg"].startswith("msg_010")),
     ):
         want = [r for r in fold(written) if keep(r)]
-        got = drover.run("sessions.spawns", args).data
+        got = drover.run("sessions.spawns", {**args, "live": False}).data
         assert got["spawns"] == want[-int(args["limit"]) :], args  # type: ignore[call-overload]
         assert got["complete"] is (len(want) <= int(args["limit"])), args  # type: ignore[call-overload]
 

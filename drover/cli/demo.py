@@ -120,7 +120,7 @@ def demo(
         _step(4, "the agent shows a permission dialog; drover refuses to type into it", send_line(sid, refusal))
         start = next(e for e in _agent_events(log) if e["type"] == "start")
         os.kill(int(start["pid"]), signal.SIGUSR1)
-        _until(lambda: state_of(sid).get("state") == "dialog", "drew no dialog")
+        _until(lambda: state_of(sid).get("screen_state") == "dialog", "drew no dialog")
         screen = subprocess.run(
             ["tmux", "-L", server, "capture-pane", "-p", "-t", pane], capture_output=True, text=True, timeout=10
         ).stdout

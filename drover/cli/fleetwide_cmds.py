@@ -168,7 +168,14 @@ def board_tables(data: dict[str, Any]) -> None:
             sid = sid[:8] if len(sid) > 12 else sid
             who = f"{w.get('name')} ({sid})" if w.get("name") and w.get("name") != sid else sid
             since = render.ago(w.get("since")) + (" (first seen)" if w.get("since_source") == "first_seen" else "")
-            table.add_row(since, w["host"], who, w.get("engine") or "-", Text(w["state"], style="yellow"), w.get("reason") or "")
+            table.add_row(
+                since,
+                w["host"],
+                who,
+                w.get("engine") or "-",
+                Text(w.get("screen_state") or w["state"], style="yellow"),
+                w.get("reason") or "",
+            )
         render.out().print(table)
     if held:
         table = Table(box=None, header_style="bold", pad_edge=False, title="held for approval", title_justify="left")

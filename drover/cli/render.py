@@ -39,7 +39,20 @@ OUTCOME_STYLE = {
     "failed": "bold red",
     None: "magenta",
 }
-STATE_STYLE = {"idle": "green", "busy": "cyan", "dialog": "yellow", "waiting": "yellow", "gone": "dim", "unknown": "magenta"}
+STATE_STYLE = {
+    "idle": "green",
+    "working": "cyan",
+    "waiting_on_human": "yellow",
+    "stalled": "bold red",
+    "done": "green",
+    "exited": "dim",
+    "unknown": "magenta",
+    # the host's own words, as `screen_state` and older answers give them
+    "busy": "cyan",
+    "dialog": "yellow",
+    "waiting": "yellow",
+    "gone": "dim",
+}
 
 
 # -- terminal safety ---------------------------------------------------------------------------------------------
@@ -134,7 +147,7 @@ def sessions_table(data: dict[str, Any]) -> None:
     rows = data.get("sessions", [])
     table = Table(box=None, header_style="bold", pad_edge=False)
     threads = any(s.get("thread") for s in rows)  # a Codex thread id is a target of its own: shown whole
-    for col in ("HOST", "ID", "NAME", "ENGINE", "STATE", "ACTIVE", "CWD", "LANES") + (("THREAD",) if threads else ()):
+    for col in ("HOST", "ID", "NAME", "ENGINE", "STATE", "SINCE", "PROGRESS", "CWD", "LANES") + (("THREAD",) if threads else ()):
         table.add_column(col, overflow="fold" if col == "CWD" else "ellipsis", no_wrap=col != "CWD")
     for s in rows:
         state = s.get("state", "-")
@@ -151,6 +164,7 @@ def sessions_table(data: dict[str, Any]) -> None:
             s.get("engine", ""),
             Text(state, style=STATE_STYLE.get(state, "")),
             ago(s.get("since")),
+            ago(s.get("last_progress")),
             s.get("cwd", ""),
             ",".join(s.get("lanes", [])),
             *((s.get("thread") or "-",) if threads else ()),
@@ -178,13 +192,33 @@ def _thread(s: dict[str, Any]) -> str:
     return f"{s['thread']} ({' '.join([s.get('thread_status') or '?', *(s.get('thread_flags') or [])])})"
 
 
+def progress_line(s: dict[str, Any]) -> str:
+    """When the session last made progress and how that is known; the retries and the threshold beside it."""
+    ev = s.get("evidence") or {}
+    said = f"{ago(s.get('last_progress'))} ({s.get('progress_source') or 'no evidence'})"
+    retries = (ev.get("progress") or {}).get("retries")
+    if retries:
+        said += f"; {retries} upstream retr{'y' if retries == 1 else 'ies'} since (not progress)"
+    if ev.get("stall_after"):
+        said += f"; stalled after {ev['stall_after']:g}s"
+    return said
+
+
 def status(data: dict[str, Any]) -> None:
     s = data["session"]
     state = s.get("state", "unknown")
     out().print(
         Text.assemble((f"{s['host']}:{s['id']}", "bold"), f"  {s.get('name', '')}  ", (state, STATE_STYLE.get(state, "")))
     )
+    if state == "exited" and s.get("spawn_id"):
+        out().print(Text(f"  {'exited':<10} last seen {ago(s.get('last_seen'))} (spawn {s['spawn_id']}, {s.get('engine')})"))
+        return
+    terminal = (s.get("evidence") or {}).get("terminal")
     for label, value in (
+        ("since", ago(s.get("since"))),
+        ("progress", progress_line(s)),
+        ("screen", s.get("screen_state") or "-"),
+        *([("signal", f"{terminal.get('event')} {terminal.get('time')}")] if terminal else []),
         ("engine", s.get("engine")),
         ("why", s.get("reason")),
         ("pane", f"{s.get('target')} on tmux server {s.get('server')}" if s.get("target") else "none"),
@@ -192,7 +226,6 @@ def status(data: dict[str, Any]) -> None:
         *([("thread", _thread(s))] if s.get("thread") else []),
         ("command", f"{s.get('command')} (pid {s.get('pid')})"),
         ("cwd", s.get("cwd")),
-        ("active", ago(s.get("since"))),
         ("last line", s.get("last_line") or "-"),
     ):
         out().print(Text(f"  {label:<10} {value}"))

@@ -149,7 +149,7 @@ def show_spawns(data: dict[str, Any]) -> None:
         render.out().print("no spawned sessions in the record", style="dim", markup=False)
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("TIME", "HOST", "ID", "NAME", "ENGINE", "STATE", "PARENT", "BRIEF", "CWD"):
+    for col in ("TIME", "HOST", "ID", "NAME", "ENGINE", "STATE", "PROGRESS", "PARENT", "BRIEF", "CWD"):
         table.add_column(col, overflow="fold" if col == "CWD" else "ellipsis", no_wrap=col != "CWD")
     for r in rows:
         parent = r.get("parent") or {}
@@ -162,6 +162,7 @@ def show_spawns(data: dict[str, Any]) -> None:
             str(r.get("name") or ""),
             str(r.get("engine") or ""),
             str(r.get("state") or ""),
+            render.ago(r.get("last_progress")),
             who,
             brief,
             str(r.get("cwd") or ""),

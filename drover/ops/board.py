@@ -90,6 +90,7 @@ class FirstSeen:
 
 def _waiting(host: str, s: dict[str, Any], now: float, seen: FirstSeen) -> dict[str, Any]:
     human = s["human"]
+    progress: dict[str, Any] = s["progress"] if isinstance(s.get("progress"), dict) else {}
     since, source = human.get("since"), human.get("since_source")
     who = s.get("identity") or s.get("id")
     if source == "pane_activity" or not isinstance(since, (int, float)):
@@ -106,8 +107,11 @@ def _waiting(host: str, s: dict[str, Any], now: float, seen: FirstSeen) -> dict[
         "id": s.get("id"),
         "name": s.get("name"),
         "engine": s.get("engine"),
-        "state": human["kind"],
+        "state": "waiting_on_human",  # the one vocabulary of ls, status and spawns (drover/session_state.py)
+        "screen_state": human["kind"],  # what the host saw: a dialog, or Claude's own `waiting`
         "reason": human["reason"],
+        "last_progress": progress.get("last_progress"),
+        "evidence": {"human": human, "progress": {k: v for k, v in progress.items() if v not in (None, 0, "")}},
         "since": since,
         "since_source": source,
         "cwd": s.get("cwd"),

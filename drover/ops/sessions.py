@@ -6,8 +6,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from drover.errors import ExitCode
+from drover.errors import DroverError, ExitCode
 from drover.fleet import LOCAL
+from drover.ops import live_state
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host, fan_exit, fan_out
 from drover.remote import protocol as P
@@ -51,13 +52,14 @@ async def sessions_list(ctx: Context, req: ListRequest) -> Result:
     rows = await fan_out(ctx, hosts, "list", {"state": req.state})
     sessions: list[dict[str, Any]] = []
     warnings: list[dict[str, Any]] = []
+    events = live_state.terminal_events(ctx, warnings) if req.state else []
     for host, data, _err in rows:
         if data is None:
             continue
-        for s in data.get("sessions", []):
-            if req.engine and s.get("engine") != req.engine:
-                continue
-            sessions.append({"host": host, **s})
+        found = [s for s in data.get("sessions", []) if not req.engine or s.get("engine") == req.engine]
+        if req.state:
+            found = live_state.fold_rows(ctx, host, found, events)
+        sessions += [{"host": host, **s} for s in found]
         warnings += [{"host": host, "message": w} for w in data.get("warnings", [])]
     errors = [err.to_dict() for _h, _d, err in rows if err is not None]
     hosts_out = [
@@ -71,9 +73,18 @@ async def sessions_list(ctx: Context, req: ListRequest) -> Result:
 
 @op("sessions.status", StatusRequest, "alive, and doing what? state with evidence: screen, last line, since", "drover status")
 async def sessions_status(ctx: Context, req: StatusRequest) -> Result:
-    data = await call_host(ctx, req.host, "status", {"target": req.id, "tail": req.tail})
-    session = {"host": req.host, **data["session"]}
-    return Result({"session": session, "warnings": data.get("warnings", [])})
+    try:
+        data = await call_host(ctx, req.host, "status", {"target": req.id, "tail": req.tail})
+    except DroverError as exc:
+        # A worker drover spawned that is gone is `exited`, with when it was last seen; a typo is still an error.
+        gone = await live_state.exited_status(ctx, req.host, req.id, exc)
+        if gone is None:
+            raise
+        return Result({"session": gone, "warnings": []})
+    warnings: list[dict[str, Any]] = []
+    [session] = live_state.fold_rows(ctx, req.host, [data["session"]], live_state.terminal_events(ctx, warnings))
+    said = [*data.get("warnings", []), *(w["message"] for w in warnings)]
+    return Result({"session": {"host": req.host, **session}, "warnings": said})
 
 
 @op(

@@ -59,6 +59,7 @@ class SpawnsRequest(Request):
         None, description="only the session named so (HOST:ID or ID): its name, id or 8+ hex prefix, pane, pid, identity"
     )
     limit: int = Field(50, ge=1, le=10000, description="the newest N")
+    live: bool = Field(True, description="ask each host for each session's live state (one list request per host)")
 
 
 def default_name(cwd: str, engine: str) -> str:
@@ -408,4 +409,9 @@ async def sessions_spawns(ctx: Context, req: SpawnsRequest) -> Result:
         rows.append(row)
     rows.reverse()
     total = len(rows) + (0 if complete else 1)
-    return Result({"spawns": rows, "total": total, "complete": complete, "warnings": stats.warnings()})
+    warnings = stats.warnings()
+    if req.live:
+        from drover.ops.live_state import live_spawns
+
+        await live_spawns(ctx, rows, warnings)
+    return Result({"spawns": rows, "total": total, "complete": complete, "warnings": warnings})

@@ -124,6 +124,13 @@ def row(session: Session, profiles: Profiles) -> Dict[str, Any]:
     out["human"] = {"kind": kind, "reason": reason, "since": since, "since_source": source} if kind else None
     out["pin"] = discovery.pin(session)
     out["identity"] = discovery.identity(session)
+    if kind in (WAITING, DIALOG):  # on the board: when it last did anything (only those, so a broadcast stays cheap)
+        from . import progress
+
+        try:
+            out["progress"] = progress.of(session)
+        except OSError as exc:
+            out["progress"] = {"source": None, "last_progress": None, "error": str(exc)}
     return out
 
 

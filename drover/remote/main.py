@@ -54,7 +54,24 @@ def op_list(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     sessions = discovery.discover(profiles, warnings)
     if args.get("state", True):
         sessions = [discovery.with_state(s, profiles) for s in sessions]
-    return {"sessions": [discovery.public(s) for s in sessions], "warnings": warnings}
+    return {"sessions": [_facts(s, bool(args.get("state", True))) for s in sessions], "warnings": warnings}
+
+
+def _facts(session: Dict[str, Any], progress: bool = True) -> Dict[str, Any]:
+    """A session as list and status answer it: its public fields, its identity (what the record's spawns and
+    lifecycle events are matched by), and, with its state, its last progress (drover/remote/progress.py)."""
+    from . import discovery
+
+    out = discovery.public(session)
+    out["identity"] = discovery.identity(session)
+    if progress:
+        from . import progress as prog
+
+        try:
+            out["progress"] = prog.of(session)
+        except OSError as exc:  # a record that vanished or cannot be read mid-look: no evidence, never a failure
+            out["progress"] = {"source": None, "last_progress": None, "error": str(exc)}
+    return out
 
 
 def op_status(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
@@ -65,7 +82,7 @@ def op_status(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     session = discovery.with_state(discovery.find(args, profiles, warnings), profiles)
     screen = session.get("_screen", "")
     tail = [line for line in lines_of(screen) if line.strip()][-int(args.get("tail", 8)) :]
-    out = discovery.public(session)
+    out = _facts(session)
     out["tail"] = tail
     # Whether it waits on a person, by the same look `drover board` and a broadcast take (attention.py): a nudge
     # refuses such a session, and must not disagree with them about who is waiting.

@@ -4,7 +4,8 @@ It answers `POST /v1/messages` (streaming or not) with a fixed text reply and lo
 JSON line. Behaviour is read from a control file on every request, so a test can change it while the session
 runs: {"delay": seconds before answering, "hold": true to stall the main turn until the control file no longer says
 so (bounded by "hold_max", default 300 s: a turn exactly as long as a test needs, however slow the machine),
-"reply": text, "tool_use": {"command": "..."} to ask for a Bash tool call (which raises a real permission dialog)}.
+"reply": text, "tool_use": {"command": "..."} to ask for a Bash tool call (which raises a real permission dialog),
+"status": 529 to answer the main turn with that HTTP error (Anthropic's "overloaded": Claude Code retries it)}.
 
     python fake_anthropic.py --port 8765 --log requests.jsonl --control control.json
 """
@@ -81,6 +82,10 @@ class Handler(BaseHTTPRequestHandler):
         control = self._control()
         # Claude Code's side requests (titles, summaries) are small: only the main turn waits.
         if body.get("tools"):
+            if control.get("status"):
+                error = {"type": "overloaded_error", "message": "Overloaded"}
+                self._json(int(control["status"]), {"type": "error", "error": error})
+                return
             self._stall(control)
         content = self._content(body, control)
         message = {
