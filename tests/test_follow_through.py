@@ -1,0 +1,197 @@
+"""The record follows what happened, also for drover's own runs (issue 18, item 6).
+
+A send the daemon runs for a client that is killed mid-send is not cut off: the daemon lets it run to its end and
+records the host's real outcome (only Ctrl-C by a client that is there interrupts).  A `drover nudge run` killed
+between its record and its delivery leaves a message the next run finishes, exactly once, also when two runs
+start at once.  Real daemons, real tmux panes, real processes killed with SIGKILL at a known step (the fault
+points of drover/remote/faults.py hold a send there: no races)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drover import paths
+from tests.conftest import ROOT, Tmux, drover_process, stays, wait_for
+from tests.test_daemon import _background, _finish, persistent, sock_path, status  # noqa: F401 - persistent: a fixture
+from tests.test_nudge import entry, records, write_fleet
+
+DIRECT = {"DROVER_DAEMON": "0", "DROVER_FAULT": "", "DROVER_FAULT_GATE": ""}
+
+
+def _held(gate: Path) -> bool:
+    return Path(f"{gate}.held").exists()
+
+
+def _daemon_log() -> str:
+    try:
+        return Path(paths.daemon_log(sock_path())).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+
+
+def _messages() -> list[dict[str, Any]]:
+    return list(drover_process("log", "--json", env=DIRECT).json()["data"]["messages"])
+
+
+def _hold_in_the_daemon(monkeypatch: pytest.MonkeyPatch, gate: Path, step: str) -> None:
+    # The daemon must share these with its clients (every DROVER_ variable is part of the environment it stands for).
+    monkeypatch.setenv("DROVER_FAULT", f"hold:{step}")
+    monkeypatch.setenv("DROVER_FAULT_GATE", str(gate))
+    assert drover_process("daemon", "start").code == 0
+
+
+# -- the daemon: a client gone mid-send ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("step", ["after_accept", "after_paste"])
+def test_a_client_killed_mid_send_leaves_the_daemon_to_finish_and_record_it(
+    persistent: Path,  # noqa: F811
+    tmux: Tmux,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    step: str,
+) -> None:
+    """kill -9 of `drover send` while the daemon holds its send after the accepted event (nothing delivered yet) or
+    after the paste (Enter still to come): the send goes on to its end, the record says `delivered` (not
+    failed/indeterminate), `drover verify` agrees, and neither a retry nor anything else sends it twice."""
+    pane = tmux.agent("orphaned")
+    gate = tmp_path / "gate"
+    _hold_in_the_daemon(monkeypatch, gate, step)
+    client = _background("send", pane.address, "finished without its client")
+    wait_for(lambda: _held(gate), what=f"the send held at {step} in the daemon")
+    assert status()["active"] == 1
+    client.kill()  # SIGKILL: no Ctrl-C, no goodbye; the connection just ends
+    client.communicate()
+    wait_for(lambda: "a client went away mid-send (drover send)" in _daemon_log(), what="the daemon to see its client gone")
+    gate.touch()
+    wait_for(lambda: status()["active"] == 0, what="the send to finish in the daemon")
+    wait_for(pane.messages, what="the message")
+    [m] = _messages()
+    assert (m["outcome"], m.get("code"), m.get("indeterminate")) == ("delivered", None, None), m
+    verify = drover_process("verify", m["id"], "--json", env=DIRECT).json()["data"]["messages"]
+    assert [(v["id"], v["verified"]) for v in verify] == [(m["id"], True)], verify
+    again = drover_process("retry", m["id"], "--json", env=DIRECT)
+    assert again.code == 0 and "nothing to do" in again.json()["data"]["detail"], again
+    stays(lambda: [t.count("finished without its client") for t in pane.messages()] == [1], 1.0, what="one copy")
+
+
+def test_ctrl_c_of_a_client_that_is_there_still_interrupts_its_send(
+    persistent: Path,  # noqa: F811
+    tmux: Tmux,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    pane = tmux.agent("stopped")
+    gate = tmp_path / "gate"
+    _hold_in_the_daemon(monkeypatch, gate, "after_accept")
+    client = _background("send", pane.address, "never mind")
+    wait_for(lambda: _held(gate), what="the send held in the daemon")
+    client.send_signal(signal.SIGINT)
+    res = _finish(client)
+    assert res.code == 130 and "interrupted" in res.err, res
+    gate.touch()
+    wait_for(lambda: status()["active"] == 0, what="the interrupted send to end in the daemon")
+    [m] = _messages()
+    assert (m["outcome"], m["code"], m["indeterminate"]) == ("failed", "interrupted", True), m
+    assert "a client went away" not in _daemon_log()
+    # Interrupted as a direct run is: it may or may not have arrived (the helper may have had it already), and
+    # `drover retry` finds out, exactly once.
+    retried = drover_process("retry", m["id"], "--json", env=DIRECT)
+    assert retried.code == 0 and retried.json()["data"]["outcome"] == "delivered", retried
+    wait_for(pane.messages, what="the message, once")
+    stays(lambda: [t.count("never mind") for t in pane.messages()] == [1], 1.0, what="one copy")
+
+
+# -- nudge run: killed between its record and its delivery --------------------------------------------------------
+
+
+def _nudge_run(env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "drover", "nudge", "run", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        cwd=str(ROOT),
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _killed_after_accept(isolated: Path) -> str:
+    """A real `nudge run` SIGKILLed at the fault point between the message's accepted event and its delivery:
+    the message's id, pending."""
+    killed = _nudge_run({"DROVER_FAULT": "after_accept"})
+    out, err = killed.communicate(timeout=120)
+    assert killed.returncode == -signal.SIGKILL, (out, err)
+    assert [e["phase"] for e in records(isolated, "nudge_run")] == ["start"]
+    [accepted] = records(isolated, "accepted")
+    assert records(isolated, "outcome") == []
+    return str(accepted["id"])
+
+
+def test_a_nudge_run_killed_before_delivering_is_finished_by_the_next_run_once(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch, cli: Any
+) -> None:
+    pane = tmux.agent("cron-target")
+    write_fleet(isolated, monkeypatch, entry("local:cron-target", "the hourly check-in", retry="1s"))
+    msg_id = _killed_after_accept(isolated)
+    assert pane.messages() == []
+    shown = cli("nudge", "run", "--dry-run", "--json").json()["data"]["entries"][0]
+    assert shown["due"] is False and shown["pending"] == msg_id and "left unfinished by a run killed" in shown["why"], shown
+    again = cli("nudge", "run", "--json")
+    assert again.code == 0, again.err
+    data = again.json()["data"]
+    assert data["sent"] == 1 and data["entries"][0]["id"] == msg_id and data["entries"][0]["outcome"] == "delivered", data
+    wait_for(pane.messages, what="the finished nudge")
+    [m] = cli("log", "--json").json()["data"]["messages"]
+    assert (m["id"], m["outcome"]) == (msg_id, "delivered")
+    # Finished: later runs find it sent and send nothing, nor look for it again.
+    assert cli("nudge", "run").out == ""
+    assert [e["phase"] for e in records(isolated, "nudge_run")] == ["start", "done"]
+    stays(lambda: [t.count("the hourly check-in") for t in pane.messages()] == [1], 1.0, what="exactly one copy")
+    assert len(records(isolated, "accepted")) == 1
+
+
+def test_a_nudge_that_did_arrive_before_its_run_was_killed_is_not_sent_again(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch, cli: Any
+) -> None:
+    """Killed after the delivery, before its outcome: the next run finds the message in the receiver's own record
+    (as `drover retry` does), records it delivered, and sends nothing."""
+    pane = tmux.agent("arrived")
+    write_fleet(isolated, monkeypatch, entry("local:arrived", "already there", retry="1s"))
+    killed = _nudge_run({"DROVER_FAULT": "before_outcome"})
+    killed.communicate(timeout=120)
+    assert killed.returncode == -signal.SIGKILL
+    wait_for(pane.messages, what="the message the killed run delivered")
+    again = cli("nudge", "run", "--json")
+    assert again.code == 0, again.err
+    row = again.json()["data"]["entries"][0]
+    assert row["outcome"] == "delivered" and "arrived after all" in row["detail"], row
+    [m] = cli("log", "--json").json()["data"]["messages"]
+    assert m["outcome"] == "delivered" and m["verified"] is True
+    stays(lambda: len(pane.messages()) == 1, 1.0, what="no second copy")
+
+
+def test_two_runs_at_once_after_a_killed_run_finish_its_nudge_once(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pane = tmux.agent("raced")
+    write_fleet(isolated, monkeypatch, entry("local:raced", "one of two runs sends this", retry="1s"))
+    msg_id = _killed_after_accept(isolated)
+    runs = [_nudge_run() for _ in range(2)]
+    outs = [p.communicate(timeout=180) for p in runs]
+    assert [p.returncode for p in runs] == [0, 0], outs
+    sent = sorted(json.loads(out)["data"]["sent"] for out, _err in outs)
+    assert sent == [0, 1], outs  # one run finished it; the other waited for the lock, then found it done
+    wait_for(pane.messages, what="the finished nudge")
+    stays(lambda: [t.count("one of two runs") for t in pane.messages()] == [1], 1.0, what="exactly one copy")
+    assert [r["id"] for r in records(isolated, "accepted")] == [msg_id]
+    assert [e["phase"] for e in records(isolated, "nudge_run")] == ["start", "done"]
