@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from drover import paths
-from tests.conftest import ROOT, Tmux, drover_process, stays, wait_for
+from tests.conftest import ROOT, Tmux, drover_process, remote_agent, stays, wait_for
 from tests.test_daemon import _background, _finish, persistent, sock_path, status  # noqa: F401 - persistent: a fixture
 from tests.test_nudge import entry, records, write_fleet
 
@@ -108,6 +108,73 @@ def test_ctrl_c_of_a_client_that_is_there_still_interrupts_its_send(
     assert retried.code == 0 and retried.json()["data"]["outcome"] == "delivered", retried
     wait_for(pane.messages, what="the message, once")
     stays(lambda: [t.count("never mind") for t in pane.messages()] == [1], 1.0, what="one copy")
+
+
+def test_over_ssh_one_of_two_clients_killed_leaves_both_sends_to_finish(
+    sshfleet: Any,
+    persistent: Path,  # noqa: F811
+    isolated: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Two sends at once through the daemon's pooled SSH connection to h1, both held after their accepted events;
+    one client is killed, the other stays: both messages arrive once, both are recorded `delivered`, and the client
+    that stayed hears its own outcome."""
+    pane = remote_agent(sshfleet, "h1", "pair", isolated)
+    gate = tmp_path / "gate"
+    _hold_in_the_daemon(monkeypatch, gate, "after_accept")
+    staying = _background("send", "h1:pair", "from the client that stays", "--json")
+    wait_for(lambda: _held(gate), what="the first send held in the daemon")
+    Path(f"{gate}.held").unlink()
+    leaving = _background("send", "h1:pair", "from the client that is killed")
+    wait_for(lambda: _held(gate) and status()["active"] == 2, what="both sends held in the daemon")
+    leaving.kill()
+    leaving.communicate()
+    wait_for(lambda: "a client went away mid-send" in _daemon_log(), what="the daemon to see one client gone")
+    assert staying.poll() is None
+    gate.touch()
+    res = _finish(staying)
+    assert res.code == 0 and res.json()["data"]["outcome"] == "delivered", res
+    wait_for(lambda: status()["active"] == 0, what="both sends to finish")
+    wait_for(lambda: len(pane.messages()) == 2, what="both messages on h1")
+    rows = {m["text"]: m for m in drover_process("log", "--json", env=DIRECT).json()["data"]["messages"]}
+    assert {t: (m["outcome"], m.get("indeterminate")) for t, m in rows.items()} == {
+        "from the client that stays": ("delivered", None),
+        "from the client that is killed": ("delivered", None),
+    }, rows
+    stays(lambda: sorted(t.count("from the client") for t in pane.messages()) == [1, 1], 1.0, what="one copy each")
+
+
+def test_a_library_call_cancelled_through_the_daemon_interrupts_its_send(
+    persistent: Path,  # noqa: F811
+    tmux: Tmux,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The library's cancellation (a script's Ctrl-C) is an interrupt the daemon hears, not a caller that died."""
+    import asyncio
+
+    import drover
+
+    pane = tmux.agent("scripted")
+    gate = tmp_path / "gate"
+    _hold_in_the_daemon(monkeypatch, gate, "after_accept")
+
+    async def cancelled() -> None:
+        async with drover.AsyncClient() as client:
+            task = asyncio.ensure_future(client.run("sessions.message", {"host": "local", "id": pane.address, "text": "hm"}))
+            while not _held(gate):
+                await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    asyncio.run(asyncio.wait_for(cancelled(), 120))
+    gate.touch()
+    wait_for(lambda: status()["active"] == 0, what="the interrupted send to end in the daemon")
+    [m] = _messages()
+    assert (m["outcome"], m["code"]) == ("failed", "interrupted"), m
+    assert "a client went away" not in _daemon_log()
 
 
 # -- nudge run: killed between its record and its delivery --------------------------------------------------------
