@@ -21,7 +21,7 @@ import pytest
 from drover import paths
 from tests.conftest import ROOT, Tmux, drover_process, remote_agent, stays, wait_for
 from tests.test_daemon import _background, _finish, persistent, sock_path, status  # noqa: F401 - persistent: a fixture
-from tests.test_nudge import entry, records, write_fleet
+from tests.test_nudge import entry, make_busy, records, write_fleet
 
 DIRECT = {"DROVER_DAEMON": "0", "DROVER_FAULT": "", "DROVER_FAULT_GATE": ""}
 
@@ -213,10 +213,10 @@ def test_a_nudge_run_killed_before_delivering_is_finished_by_the_next_run_once(
     assert pane.messages() == []
     shown = cli("nudge", "run", "--dry-run", "--json").json()["data"]["entries"][0]
     assert shown["due"] is False and shown["pending"] == msg_id and "left unfinished by a run killed" in shown["why"], shown
-    again = cli("nudge", "run", "--json")
+    assert cli("nudge", "run", "--dry-run").out.startswith(f"pending  local:cron-target → local:cron-target: {msg_id}")
+    again = cli("nudge", "run")
     assert again.code == 0, again.err
-    data = again.json()["data"]
-    assert data["sent"] == 1 and data["entries"][0]["id"] == msg_id and data["entries"][0]["outcome"] == "delivered", data
+    assert again.out.startswith("nudge local:cron-target: delivered → local:cron-target") and msg_id in again.out, again.out
     wait_for(pane.messages, what="the finished nudge")
     [m] = cli("log", "--json").json()["data"]["messages"]
     assert (m["id"], m["outcome"]) == (msg_id, "delivered")
@@ -225,6 +225,28 @@ def test_a_nudge_run_killed_before_delivering_is_finished_by_the_next_run_once(
     assert [e["phase"] for e in records(isolated, "nudge_run")] == ["start", "done"]
     stays(lambda: [t.count("the hourly check-in") for t in pane.messages()] == [1], 1.0, what="exactly one copy")
     assert len(records(isolated, "accepted")) == 1
+
+
+def test_a_half_sent_nudge_whose_session_is_busy_stays_pending_for_the_run_after(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch, cli: Any
+) -> None:
+    pane = tmux.agent("busy-later")
+    write_fleet(isolated, monkeypatch, entry("local:busy-later", "when you are free", retry="1s"))
+    msg_id = _killed_after_accept(isolated)
+    make_busy(pane)
+    busy = cli("nudge", "run", "--json")
+    assert busy.code == 0, busy.err  # the nudge's kind of refusal: tried again, not a failure for cron to mail
+    row = busy.json()["data"]["entries"][0]
+    assert (row["id"], row["code"], row["sent"]) == (msg_id, "busy", False), row
+    assert [e["phase"] for e in records(isolated, "nudge_run")] == ["start"]  # still the dead run's, unfinished
+    os.kill(pane.pid, signal.SIGUSR2)  # the turn ends
+    wait_for(lambda: "esc to interrupt" not in pane.screen(), what="the agent idle again")
+    done = cli("nudge", "run", "--json")
+    assert done.code == 0 and done.json()["data"]["sent"] == 1, done.out
+    wait_for(pane.messages, what="the finished nudge")
+    assert cli("nudge", "run").out == ""
+    stays(lambda: [t.count("when you are free") for t in pane.messages()] == [1], 1.0, what="exactly one copy")
+    assert [r["id"] for r in records(isolated, "accepted")] == [msg_id]
 
 
 def test_a_nudge_that_did_arrive_before_its_run_was_killed_is_not_sent_again(
