@@ -83,6 +83,34 @@ def test_a_client_killed_mid_send_leaves_the_daemon_to_finish_and_record_it(
     stays(lambda: [t.count("finished without its client") for t in pane.messages()] == [1], 1.0, what="one copy")
 
 
+def test_a_retry_through_the_daemon_whose_client_is_killed_is_finished_too(
+    persistent: Path,  # noqa: F811
+    tmux: Tmux,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """`drover op messages.retry` is a send on its way too: its client killed after the paste, the retry still
+    presses Enter and records `delivered`."""
+    pane = tmux.agent("retried")
+    first = drover_process("send", pane.address, "pending, then retried", env={**DIRECT, "DROVER_FAULT": "after_accept"})
+    assert first.code == -signal.SIGKILL, first
+    [pending] = _messages()
+    assert pending["pending"] is True
+    gate = tmp_path / "gate"
+    _hold_in_the_daemon(monkeypatch, gate, "after_paste")
+    client = _background("op", "messages.retry", json.dumps({"id": pending["id"]}))
+    wait_for(lambda: _held(gate), what="the retry held after its paste in the daemon")
+    client.kill()
+    client.communicate()
+    wait_for(lambda: "a client went away mid-send (drover op)" in _daemon_log(), what="the daemon to see its client gone")
+    gate.touch()
+    wait_for(lambda: status()["active"] == 0, what="the retry to finish in the daemon")
+    wait_for(pane.messages, what="the retried message")
+    [m] = _messages()
+    assert (m["outcome"], m.get("indeterminate"), m["pending"]) == ("delivered", None, False), m
+    stays(lambda: [t.count("pending, then retried") for t in pane.messages()] == [1], 1.0, what="one copy")
+
+
 def test_ctrl_c_of_a_client_that_is_there_still_interrupts_its_send(
     persistent: Path,  # noqa: F811
     tmux: Tmux,

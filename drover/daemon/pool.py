@@ -249,6 +249,13 @@ def context_class() -> type:
             self.request.send_now({"t": "accepted", "id": result[0]})
             return result
 
+        def working_on(self, msg_id: str, exclusive: bool) -> Any:
+            # A retry (`drover op messages.retry`) takes its message exclusively before it looks and delivers: from
+            # there it is a send on its way, followed to its end as a send is from its accepted event.
+            if exclusive and not self.request.begin_delivery():
+                raise asyncio.CancelledError
+            return super().working_on(msg_id, exclusive)
+
     @dataclass
     class DaemonContext(Context):
         request: Any = None
