@@ -277,6 +277,25 @@ def test_a_half_sent_nudge_whose_session_is_busy_stays_pending_for_the_run_after
     assert [r["id"] for r in records(isolated, "accepted")] == [msg_id]
 
 
+def test_a_half_sent_nudge_whose_session_is_gone_is_closed_not_chased(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch, cli: Any
+) -> None:
+    pane = tmux.agent("vanished")
+    write_fleet(isolated, monkeypatch, entry("local:vanished", "too late", retry="1s"))
+    msg_id = _killed_after_accept(isolated)
+    subprocess.run(["tmux", "-L", "default", "kill-pane", "-t", pane.id], capture_output=True, timeout=10)
+    gone = cli("nudge", "run", "--json")
+    assert gone.code == 6, gone.out  # a target error, as a nudge to a session that is not there
+    row = gone.json()["data"]["entries"][0]
+    assert (row["id"], row["outcome"], row["sent"]) == (msg_id, "failed", False), row
+    runs = records(isolated, "nudge_run")
+    assert [(e["phase"], e.get("sent")) for e in runs] == [("start", None), ("done", False)]
+    # Closed: the next runs treat the entry as tried (its own refusals from here), never look for the message again.
+    later = cli("nudge", "run", "--dry-run", "--json").json()["data"]["entries"][0]
+    assert "pending" not in later, later
+    assert [m["id"] for m in cli("log", "--pending", "--json").json()["data"]["messages"]] == [msg_id]
+
+
 def test_a_nudge_that_did_arrive_before_its_run_was_killed_is_not_sent_again(
     tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch, cli: Any
 ) -> None:

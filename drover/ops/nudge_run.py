@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import Field
 
 from drover import targets
-from drover.errors import ConfigError, DroverError, ExitCode, InvalidRequest
+from drover.errors import ConfigError, DroverError, ExitCode, InvalidRequest, TargetError
 from drover.fleet import NudgeEntry, find_path
 from drover.fleet_schedule import quiet_minutes
 from drover.ops.core import Context, Request, Result, op
@@ -249,10 +249,14 @@ async def _finish(ctx: Context, entry: NudgeEntry, row: dict[str, Any], pending:
         try:
             res = await messages_retry(ctx, RetryRequest(id=msg_id))
             data, exit_code = dict(res.data or {}), res.exit_code
-        except DroverError as exc:  # its host unreachable, say: still pending, tried again by the next run
-            data, exit_code = {"id": msg_id, "outcome": P.FAILED, "code": exc.code, "detail": exc.line()}, int(exc.exit_code)
-            row.update(id=msg_id, outcome=P.FAILED, code=exc.code, detail=data["detail"], sent=False, exit_code=exit_code)
-            continue
+        except DroverError as exc:
+            row.update(id=msg_id, outcome=P.FAILED, code=exc.code, detail=exc.line(), sent=False, exit_code=int(exc.exit_code))
+            if isinstance(exc, TargetError):
+                # Its session is gone: nothing left to finish.  Done, not sent: the entry's own refusals (not live)
+                # take it from here at `retry`; the message stays pending in the record for `drover retry`.
+                done = {"msg": msg_id, "outcome": P.FAILED, "code": exc.code, "sent": False, "finished": True}
+                ctx.truth.append(_event(entry.key, "done", attempt, **done))
+            continue  # else its host unreachable, say: still pending, tried again by the next run
         outcome, code = data.get("outcome"), data.get("code")
         row.update(id=msg_id, outcome=outcome, code=code, detail=data.get("detail"), exit_code=exit_code)
         if code == P.BUSY:
@@ -345,6 +349,7 @@ async def nudge_run(ctx: Context, req: RunRequest) -> Result:
     errors = [{"code": r.get("code") or P.FAILED, "message": f"{r['entry']}: {r.get('detail')}"} for r in failed]
     if not failed:
         return Result(data, errors)
-    if len(failed) == data["due"]:
+    tried = sum(bool(r["due"] or (r.get("pending") and r.get("outcome"))) for r in rows)  # sent or finished
+    if len(failed) == tried:
         return Result(data, errors, int(failed[0].get("exit_code") or ExitCode.FAILED))
     return Result(data, errors, ExitCode.PARTIAL)
