@@ -83,6 +83,29 @@ def test_a_client_killed_mid_send_leaves_the_daemon_to_finish_and_record_it(
     stays(lambda: [t.count("finished without its client") for t in pane.messages()] == [1], 1.0, what="one copy")
 
 
+def test_a_client_killed_before_its_message_is_recorded_cancels_the_send(
+    persistent: Path,  # noqa: F811
+    tmux: Tmux,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Killed while the daemon holds the send just before its accepted event: nothing is on its way, so the command
+    is cancelled there -- nothing recorded, nothing delivered, not even once the send is let go."""
+    pane = tmux.agent("never")
+    gate = tmp_path / "gate"
+    _hold_in_the_daemon(monkeypatch, gate, "before_accept")
+    client = _background("send", pane.address, "never recorded")
+    wait_for(lambda: _held(gate), what="the send held before its accepted event")
+    client.kill()
+    client.communicate()
+    wait_for(lambda: "its command is cancelled" in _daemon_log(), what="the daemon to see its client gone")
+    gate.touch()
+    wait_for(lambda: status()["active"] == 0, what="the cancelled send to end")
+    assert _messages() == []
+    assert "mid-send" not in _daemon_log()
+    stays(lambda: pane.messages() == [], 1.0, what="nothing delivered")
+
+
 def test_a_retry_through_the_daemon_whose_client_is_killed_is_finished_too(
     persistent: Path,  # noqa: F811
     tmux: Tmux,

@@ -279,11 +279,15 @@ class Daemon:
             if not line:
                 # Only a client that is there can interrupt: one that vanished mid-send (kill -9, a closed
                 # terminal) leaves its message to be delivered and recorded as it really went.
-                if request in self.active and not request.interrupted and not request.disconnected():
+                if request in self.active and not request.interrupted:
                     from drover.daemon.client import command_of
 
                     what = command_of(request.argv)[0]
-                    print(f"a client went away mid-send (drover {what}): the send runs to its end and is recorded", flush=True)
+                    if request.disconnected():
+                        said = f"a client went away (drover {what}): its command is cancelled, nothing was on its way"
+                    else:
+                        said = f"a client went away mid-send (drover {what}): the send runs to its end and is recorded"
+                    print(said, flush=True)
                 break
             try:
                 got = wire.decode(line)
