@@ -51,6 +51,7 @@ class Request:
         # command (a kill -9 is no Ctrl-C): it runs to its end, and the record says what really became of it.
         self.delivering = False
         self._state = threading.Lock()  # the two decisions above, taken one at a time (request thread, daemon loop)
+        self.over = False  # the command has ended (its exit is queued): a client closing now is just done with us
         self.loops: set[asyncio.AbstractEventLoop] = set()
 
     # called from the request's thread
@@ -252,5 +253,6 @@ def run_request(request: Request) -> None:
             code = exc.code
         else:
             err.write(f"drover: internal error in the daemon: {type(exc).__name__}: {exc}\n")
+    request.over = True  # before the exit goes: a client that reads it and closes is not one that went away
     request.send({"t": "exit", "code": int(code)})
     request.loop.call_soon_threadsafe(request.daemon.finished, request)

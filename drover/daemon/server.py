@@ -279,7 +279,7 @@ class Daemon:
             if not line:
                 # Only a client that is there can interrupt: one that vanished mid-send (kill -9, a closed
                 # terminal) leaves its message to be delivered and recorded as it really went.
-                if request in self.active and not request.interrupted:
+                if request in self.active and not request.interrupted and not request.over:
                     from drover.daemon.client import command_of
 
                     what = command_of(request.argv)[0]
