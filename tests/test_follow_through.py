@@ -319,6 +319,27 @@ def test_a_half_sent_nudge_whose_session_is_gone_is_closed_not_chased(
     assert [m["id"] for m in cli("log", "--pending", "--json").json()["data"]["messages"]] == [msg_id]
 
 
+def test_a_half_sent_nudge_is_never_finished_into_a_new_session_under_the_old_name_and_pane(
+    tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch, cli: Any
+) -> None:
+    """The tmux server restarted between the killed run and the next: a new agent named the same, in a pane with the
+    same id (%0 on a new server).  The message was for the old session: it is closed, never pasted into the new one."""
+    old = tmux.agent("reused")
+    write_fleet(isolated, monkeypatch, entry("local:reused", "for the old one only", retry="1h"))
+    msg_id = _killed_after_accept(isolated)
+    [accepted] = records(isolated, "accepted")
+    subprocess.run(["tmux", "-L", "default", "kill-server"], capture_output=True, timeout=10)
+    new = tmux.agent("reused")
+    assert new.id == old.id, (new.id, old.id)  # the same pane id, another session
+    res = cli("nudge", "run", "--json")
+    row = res.json()["data"]["entries"][0]
+    assert (row["id"], row["code"], row["sent"]) == (msg_id, "session_exited", False), row
+    assert accepted["options"]["pin"].endswith(new.id)
+    assert [(e["phase"], e.get("sent")) for e in records(isolated, "nudge_run")] == [("start", None), ("done", False)]
+    stays(lambda: new.messages() == [], 1.0, what="nothing pasted into the new session")
+    assert len(records(isolated, "accepted")) == 1
+
+
 def test_a_nudge_that_did_arrive_before_its_run_was_killed_is_not_sent_again(
     tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch, cli: Any
 ) -> None:
