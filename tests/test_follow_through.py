@@ -106,6 +106,30 @@ def test_a_client_killed_before_its_message_is_recorded_cancels_the_send(
     stays(lambda: pane.messages() == [], 1.0, what="nothing delivered")
 
 
+def test_a_broadcast_whose_client_is_killed_finishes_every_send_it_began(
+    persistent: Path,  # noqa: F811
+    tmux: Tmux,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """`drover op sessions.broadcast` through the daemon, its client killed while the first of its sends is held
+    after its accepted event: every session still gets the message once, each recorded `delivered`."""
+    panes = [tmux.agent("wide-a"), tmux.agent("wide-b")]
+    gate = tmp_path / "gate"
+    _hold_in_the_daemon(monkeypatch, gate, "after_accept")
+    client = _background("op", "sessions.broadcast", json.dumps({"text": "to all of you", "name": "wide-*"}))
+    wait_for(lambda: _held(gate), what="the first send of the broadcast held in the daemon")
+    client.kill()
+    client.communicate()
+    wait_for(lambda: "a client went away mid-send (drover op)" in _daemon_log(), what="the daemon to see its client gone")
+    gate.touch()
+    wait_for(lambda: status()["active"] == 0, what="the broadcast to finish in the daemon")
+    for pane in panes:
+        wait_for(pane.messages, what="the broadcast in each pane")
+    assert sorted((m["target"], m["outcome"]) for m in _messages()) == sorted((p.address, "delivered") for p in panes)
+    stays(lambda: all(len(p.messages()) == 1 for p in panes), 1.0, what="one copy each")
+
+
 def test_a_retry_through_the_daemon_whose_client_is_killed_is_finished_too(
     persistent: Path,  # noqa: F811
     tmux: Tmux,
