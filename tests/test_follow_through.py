@@ -26,6 +26,14 @@ from tests.test_nudge import entry, make_busy, records, write_fleet
 DIRECT = {"DROVER_DAEMON": "0", "DROVER_FAULT": "", "DROVER_FAULT_GATE": ""}
 
 
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
 def _held(gate: Path) -> bool:
     return Path(f"{gate}.held").exists()
 
@@ -352,7 +360,10 @@ def test_a_half_sent_nudge_is_never_finished_into_a_new_session_under_the_old_na
     write_fleet(isolated, monkeypatch, entry("local:reused", "for the old one only", retry="1h"))
     msg_id = _killed_after_accept(isolated)
     [accepted] = records(isolated, "accepted")
+    server = subprocess.run(["tmux", "-L", "default", "display", "-p", "#{pid}"], capture_output=True, text=True, timeout=10)
     subprocess.run(["tmux", "-L", "default", "kill-server"], capture_output=True, timeout=10)
+    # A new server started while the old one is still exiting dies at once ("server exited unexpectedly").
+    wait_for(lambda: not alive(int(server.stdout)) and not alive(old.pid), what="the old tmux server and its agent gone")
     new = tmux.agent("reused")
     assert new.id == old.id, (new.id, old.id)  # the same pane id, another session
     res = cli("nudge", "run", "--json")
