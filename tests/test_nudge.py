@@ -524,7 +524,7 @@ def test_last_sends_are_read_from_the_record_back_to_the_horizon(isolated: Path)
     # session), and after a refusal was recorded (nothing sent).
     truth.append(run_event("died-early", "start", 150, "c1"))
     truth.append(run_event("died-late", "start", 120, "c2"))
-    truth.accept(actor="a", host="local", target="%1", text="hi", options={})
+    late, _refusal = truth.accept(actor="a", host="local", target="%1", text="hi", options={})
     truth.append(run_event("died-refused", "start", 100, "c3"))
     truth.accept(actor="a", host="local", target="%2", text="hi", options={}, check=lambda _r: {"outcome": "refused"})
     truth.append(run_event("died-spawning", "start", 80, "c4"))  # --create-if-missing: its brief is not the text
@@ -546,13 +546,15 @@ def test_last_sends_are_read_from_the_record_back_to_the_horizon(isolated: Path)
         "old": (True, "not"),  # beyond the horizon: nothing there can make it not due
         "recent": (False, "sent"),
         "died-early": (False, "tried"),  # retried at `retry`: its message was never accepted
-        "died-late": (False, "sent"),  # accepted with no outcome: it may have arrived, so never twice
+        # Accepted with no outcome: it may have arrived, so never sent anew; the next run finishes it as a retry.
+        "died-late": (False, late),
         "died-refused": (False, "tried"),
         "died-spawning": (False, "sent"),  # it started a session whose brief may have gone
         "refused": (False, "tried"),  # retry is 30m: a refusal 90s ago waits
         "never": (True, "not"),
     }
     assert warnings and warnings[0]["count"] == 1  # the torn-looking line; [1,2] has no "ts" and is passed over
+    assert {r["entry"]: r.get("pending") for r in rows if r.get("pending")} == {"died-late": late}
 
 
 def test_a_crontab_run_reaches_ssh_hosts_with_an_identity_file_and_names_the_one_without(
@@ -601,11 +603,13 @@ def test_a_run_killed_mid_send_never_sends_twice(tmux: Tmux, isolated: Path, mon
     runs = records(isolated, "nudge_run")
     assert [e["phase"] for e in runs] == ["start"]  # it died between its start and its done
     if step == "before_outcome":
-        # Accepted, delivered, never recorded as such: it may have arrived, so it counts as sent.
+        # Accepted, delivered, never recorded as such: the next run finishes it as `drover retry` does -- finds it
+        # in the receiver's record, records it, sends nothing (tests/test_follow_through.py kills one before delivery).
         wait_for(pane.messages, what="the message the killed run delivered")
         again = cli("nudge", "run", "--json")
         assert again.code == 0 and again.json()["data"]["due"] == 0, again.out
-        assert again.json()["data"]["entries"][0]["why"].startswith("sent ")
+        assert "arrived after all" in again.json()["data"]["entries"][0]["detail"], again.out
+        assert cli("nudge", "run", "--dry-run", "--json").json()["data"]["entries"][0]["why"].startswith("sent ")
         stays(lambda: len(pane.messages()) == 1, what="no second copy")
     else:
         # Killed before its accepted event: nothing was sent, so it is tried again at `retry`, once.

@@ -136,13 +136,14 @@ def show_run(data: dict[str, Any], doc: Document) -> None:
         if not rows:
             render.out().print(f"no [[nudge]] entries in {data.get('fleet')}", markup=False)
         for r in rows:
-            mark = "due" if r.get("due") else "not due"
+            mark = "due" if r.get("due") else "pending" if r.get("pending") else "not due"
             when = f" (next {r['next']})" if r.get("next") else ""
             render.out().print(f"{mark:8} {r['entry']} → {r['target']}: {r.get('why', '')}{when}", markup=False)
     else:
-        # Quiet when nothing was due: cron mails whatever a job prints, every minute.
+        # Quiet when nothing was due: cron mails whatever a job prints, every minute.  A killed run's message that
+        # this run finished (or tried to) is said like a send.
         for r in rows:
-            if not r.get("due"):
+            if not (r.get("due") or (r.get("pending") and r.get("outcome"))):
                 continue
             line = f"nudge {r['entry']}: {r.get('outcome') or 'failed'} → {r['target']}: {r.get('detail') or ''}"
             if r.get("id"):

@@ -273,14 +273,17 @@ class Talk:
                 if code is not None:
                     return code if code >= 0 else None
         except KeyboardInterrupt:
-            # Closing the connection cancels the command in the daemon, which records an interrupted send as such.
+            # Said, not just a closed connection (which the daemon takes for a client killed, and lets a send on its
+            # way finish): the daemon cancels the command, and records an interrupted send as such.
+            self.interrupt()
             _write(sys.stderr, "drover: interrupted\n")
             return EXIT_INTERRUPTED
         except Gone:
             return self.lost()
         except Direct:
             # Asked for stdin, which is closed or too big to send: nothing was done yet (a command reads its text
-            # first), so it runs here; closing the connection cancels it in the daemon.
+            # first), so it runs here; the daemon cancels it there.
+            self.interrupt()
             if not (self.accepting or self.accepted or self.printed):
                 return None
             return self.lost()
@@ -288,6 +291,13 @@ class Talk:
             return 0  # our own stdout closed: `drover ls | head -1`
         except (OSError, ValueError):
             return self.lost()
+
+    def interrupt(self) -> None:
+        try:
+            self.sock.settimeout(1.0)
+            self.sock.sendall(wire.encode({"t": "interrupt"}))
+        except (OSError, Gone):
+            pass  # the daemon is gone too: nothing left to cancel
 
     def handle(self, msg: dict) -> int | None:
         """A message from the daemon: an exit code to end with, -1 to run the command directly, None to go on."""

@@ -95,9 +95,14 @@ async def run(name: str, payload: dict[str, Any], fleet: str | None, actor: str 
             "deadline": time.time() + client.START_TIMEOUT_S - 1.0,
         }
         writer.write(wire.encode(request))
-        return await _Talk(name).follow(reader, writer)
+        try:
+            return await _Talk(name).follow(reader, writer)
+        except asyncio.CancelledError:
+            # The caller cancelled (its Ctrl-C): said, so the daemon cancels the command; a connection that merely
+            # closes is a caller that died, whose send on its way the daemon finishes and records.
+            writer.write(wire.encode({"t": "interrupt"}))
+            raise
     finally:
-        # Also when the caller is cancelled: a closed connection cancels the command in the daemon.
         writer.close()
 
 

@@ -189,7 +189,7 @@ class PooledTransport:
     async def call(self, op: str, args: dict[str, Any], *, timeout: float) -> Any:
         loop = asyncio.get_running_loop()
         self.request.loops.add(loop)
-        if self.request.gone:
+        if self.request.interrupted:
             raise asyncio.CancelledError
         pool = self.request.daemon.pool
         future = asyncio.run_coroutine_threadsafe(
@@ -239,12 +239,22 @@ def context_class() -> type:
         request: Request
 
         def accept(self, **kwargs: Any) -> Any:
-            if not self.request.send_now({"t": "accepting"}):
-                raise asyncio.CancelledError  # the client is gone: nothing recorded, nothing sent
+            if not self.request.begin_delivery():
+                raise asyncio.CancelledError  # interrupted, or the client went away first: nothing recorded, nothing sent
+            # From here the command runs to its end even if its client disappears: a message recorded is followed
+            # to its real outcome, never cut off and left as `interrupted` when it may well have arrived.
+            self.request.send_now({"t": "accepting"})
             result = super().accept(**kwargs)
             # In the client's socket before anything is delivered: if the daemon dies now, the client knows the id.
             self.request.send_now({"t": "accepted", "id": result[0]})
             return result
+
+        def working_on(self, msg_id: str, exclusive: bool) -> Any:
+            # A retry (`drover op messages.retry`) takes its message exclusively before it looks and delivers: from
+            # there it is a send on its way, followed to its end as a send is from its accepted event.
+            if exclusive and not self.request.begin_delivery():
+                raise asyncio.CancelledError
+            return super().working_on(msg_id, exclusive)
 
     @dataclass
     class DaemonContext(Context):

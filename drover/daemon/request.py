@@ -13,6 +13,7 @@ import asyncio
 import ctypes
 import io
 import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 from drover.daemon import wire
@@ -44,7 +45,13 @@ class Request:
         term: dict[str, Any] = msg["term"] if isinstance(msg.get("term"), dict) else {}
         self.term = {str(k): str(v) for k, v in term.items()}
         self.stdin: asyncio.Future[str] | None = None
-        self.gone = False
+        self.gone = False  # the client's connection ended: nothing more reaches it
+        self.interrupted = False  # the command is cancelled: Ctrl-C, or a client gone before anything was on its way
+        # A message is being recorded or is on its way: from here a client that disappears no longer cancels the
+        # command (a kill -9 is no Ctrl-C): it runs to its end, and the record says what really became of it.
+        self.delivering = False
+        self._state = threading.Lock()  # the two decisions above, taken one at a time (request thread, daemon loop)
+        self.over = False  # the command has ended (its exit is queued): a client closing now is just done with us
         self.loops: set[asyncio.AbstractEventLoop] = set()
 
     # called from the request's thread
@@ -82,9 +89,35 @@ class Request:
             self._write(wire.encode({"t": "stdin?"}))
         return await asyncio.shield(self.stdin)
 
-    def cancel(self) -> None:
-        """The client went away (Ctrl-C, killed): cancel the command as Ctrl-C would cancel a direct run."""
-        self.gone = True
+    def begin_delivery(self) -> bool:
+        """Called before a message is recorded: False when the command was cancelled (record nothing, send
+        nothing); else from now on only an interrupt cancels it."""
+        with self._state:
+            if self.interrupted:
+                return False
+            self.delivering = True
+            return True
+
+    def disconnected(self) -> bool:
+        """The client's connection ended without an interrupt (killed, or it gave up on a silent daemon).  Before
+        anything was recorded the command is cancelled (nothing to finish); after, it runs to its end.  True:
+        cancelled."""
+        with self._state:
+            self.gone = True
+            if self.delivering:
+                return False
+            self.interrupted = True
+        self._cancel()
+        return True
+
+    def interrupt(self) -> None:
+        """Ctrl-C by a client that is there: cancel the command as Ctrl-C would cancel a direct run (a send on its
+        way records `interrupted`)."""
+        with self._state:
+            self.gone = self.interrupted = True
+        self._cancel()
+
+    def _cancel(self) -> None:
         if self.stdin is not None and not self.stdin.done():
             self.stdin.cancel()  # not an empty text: the command ends there, having read nothing
         for loop in list(self.loops):
@@ -220,5 +253,6 @@ def run_request(request: Request) -> None:
             code = exc.code
         else:
             err.write(f"drover: internal error in the daemon: {type(exc).__name__}: {exc}\n")
+    request.over = True  # before the exit goes: a client that reads it and closes is not one that went away
     request.send({"t": "exit", "code": int(code)})
     request.loop.call_soon_threadsafe(request.daemon.finished, request)

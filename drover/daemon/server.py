@@ -12,6 +12,9 @@ HELPERS_PER_HOST helper processes kept running on it, the bundle shipped once (d
 Write-ahead in both modes: a send's `accepted` event is written by the same code; the daemon tells the client
 `accepting` before it and `accepted` (with the id) after it, and each of those lines is in the client's socket
 before the code goes on -- so a client whose daemon dies knows whether the message may have been delivered.
+The other way round, a client that dies (kill -9, a closed terminal) after that point does not cancel the send:
+only an `interrupt` from a client that is there (Ctrl-C) does; else the delivery runs to its end and the record
+holds its real outcome.
 """
 
 from __future__ import annotations
@@ -267,21 +270,32 @@ class Daemon:
             request._write(wire.encode({"t": "beat"}))
 
     async def _follow(self, request: Request, reader: asyncio.StreamReader) -> None:
-        # Read what the client sends while the command runs: its stdin, or its end (Ctrl-C, killed).
+        # Read what the client sends while the command runs: its stdin, its Ctrl-C, or its end (killed, gave up).
         while request in self.active:
             try:
                 line = await reader.readline()
             except (OSError, ValueError, asyncio.LimitOverrunError):
                 line = b""
             if not line:
-                if request in self.active:
-                    request.cancel()
+                # Only a client that is there can interrupt: one that vanished mid-send (kill -9, a closed
+                # terminal) leaves its message to be delivered and recorded as it really went.
+                if request in self.active and not request.interrupted and not request.over:
+                    from drover.daemon.client import command_of
+
+                    what = command_of(request.argv)[0]
+                    if request.disconnected():
+                        said = f"a client went away (drover {what}): its command is cancelled, nothing was on its way"
+                    else:
+                        said = f"a client went away mid-send (drover {what}): the send runs to its end and is recorded"
+                    print(said, flush=True)
                 break
             try:
                 got = wire.decode(line)
             except ValueError:
                 continue
-            if got.get("t") == "stdin" and request.stdin is not None and not request.stdin.done():
+            if got.get("t") == "interrupt":
+                request.interrupt()
+            elif got.get("t") == "stdin" and request.stdin is not None and not request.stdin.done():
                 request.stdin.set_result(str(got.get("d", "")))
         while request in self.active:
             await asyncio.sleep(0.02)

@@ -5,6 +5,8 @@ Client -> daemon
      "tty": {"stdin": b, "stdout": b, "stderr": b}, "cols": N, "term": {"TERM": ..., ...},
      "deadline": EPOCH_S}               not to be started after this: the client has run it itself
     {"t": "stdin", "d": "..."}          the caller's stdin, sent only when the command asked for it
+    {"t": "interrupt"}                  Ctrl-C: cancel the command (a connection that merely ends cancels it only
+                                        before a message is recorded; after, the send runs to its real outcome)
     {"t": "status"} | {"t": "stop"}
 Daemon -> client
     {"t": "refuse", "why": "..."}       not run, nothing done: the client runs the command itself

@@ -6,7 +6,9 @@ after it -- keyed by the entry's name, else its target as written.  Only a send 
 (delivered, queued, held, uncertain, or a run that died mid-send after its accepted event) counts for `every`; any other
 attempt counts for `retry` only, so a session that is busy at 09:00 is tried again at 09:01, not at 10:00.  Runs take
 a lock for the whole decide-and-send, so two overlapping runs never send one entry twice: the second waits (bounded),
-then reads the first's record and finds nothing due.
+then reads the first's record and finds nothing due.  A message a killed run left with no outcome (recorded,
+perhaps never delivered) is finished by the next run through `messages.retry`: looked for in the receiver's own
+record, delivered only if it is not there, and recorded -- exactly once.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from typing import Any
 from pydantic import Field
 
 from drover import targets
-from drover.errors import ConfigError, DroverError, ExitCode, InvalidRequest
+from drover.errors import ConfigError, DroverError, ExitCode, InvalidRequest, TargetError
 from drover.fleet import NudgeEntry, find_path
 from drover.fleet_schedule import quiet_minutes
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.nudge import NudgeRequest, nudge
+from drover.ops.send import RetryRequest, messages_retry  # finishing a killed run's message: retry's rules, reused
 from drover.paths import duration_s
 from drover.record import ReadStats, now_iso
 from drover.remote import protocol as P
@@ -64,11 +67,12 @@ def _slack(seconds: float) -> float:
 
 def _history(
     ctx: Context, entries: dict[str, NudgeEntry], horizon_s: float, now: float
-) -> tuple[dict[str, dict[str, float]], list[Any]]:
-    """Per entry key: when it was last sent (`sent`) and last tried (`tried`), within the horizon.
+) -> tuple[dict[str, dict[str, Any]], list[Any]]:
+    """Per entry key: when it was last sent (`sent`) and last tried (`tried`), within the horizon, and the
+    messages a run that died left unfinished (`pending`: [(attempt, message id)], for the next run to finish).
 
     Read backwards from the end of the truth file, stopping at the horizon: what happened before it cannot make an
-    entry not due.  A `start` with no `done` is a run that died mid-send: see `_orphan_sent`."""
+    entry not due.  A `start` with no `done` is a run that died mid-send: see `_orphan`."""
     stop = now - horizon_s - ORDER_SLACK_S
 
     def skip(raw: bytes) -> bool:
@@ -79,7 +83,7 @@ def _history(
         return ts is None or float(ts.group(1)) >= stop
 
     stats = ReadStats(str(ctx.truth.path))
-    found: dict[str, dict[str, float]] = {}
+    found: dict[str, dict[str, Any]] = {}
     finished: set[Any] = set()
     orphans: list[tuple[str, float, Any]] = []
     for ev in ctx.truth.backward(stats, skip=skip):
@@ -101,23 +105,29 @@ def _history(
             orphans.append((key, ts, attempt))
     for key, ts, attempt in orphans:
         seen = found[key]
-        if ts > seen.get("sent", float("-inf")) and _orphan_sent(ctx, entries[key], ts, attempt):
+        if ts <= seen.get("sent", float("-inf")):
+            continue  # sent again since: whatever that run left is old news, not to be delivered now
+        sent, pending = _orphan(ctx, entries[key], ts, attempt)
+        if sent:
             seen["sent"] = ts
+        seen.setdefault("pending", []).extend((attempt, msg_id) for msg_id in pending)
     return found, stats.warnings()
 
 
-def _orphan_sent(ctx: Context, entry: NudgeEntry, since: float, attempt: Any) -> bool:
-    """Did the send of a run that died after its `start` get anywhere?  Runs hold the lock, so the events between
-    that start and the next nudge_run event are the dead run's: an accepted event with the entry's text there is its
-    message.  None: it died before its accepted event, nothing was sent.  One with no outcome yet, or one that may
-    have reached the session: it counts as sent (never twice).  Refused or provably failed: only tried.
+def _orphan(ctx: Context, entry: NudgeEntry, since: float, attempt: Any) -> tuple[bool, list[str]]:
+    """Did the send of a run that died after its `start` get anywhere, and which of its messages has no outcome?
+    Runs hold the lock, so the events between that start and the next nudge_run event are the dead run's: an
+    accepted event with the entry's text there is its message.  None: it died before its accepted event, nothing
+    was sent.  One with no outcome yet, or one that may have reached the session: it counts as sent (never twice),
+    and one with no outcome is pending: the next run finishes it as `drover retry` would (`_finish`).  Refused or
+    provably failed: only tried.
 
     Rare (a killed run), so this reads every event since that start, parsed."""
     digest = text_digest(entry.text)
     try:
         host = targets.parse(entry.target, ctx.fleet).host
     except DroverError:
-        return False  # a target that names nothing was never sent to
+        return False, []  # a target that names nothing was never sent to
     events = ctx.truth.recent(since)
     ids: set[Any] = set()
     after = False
@@ -128,17 +138,18 @@ def _orphan_sent(ctx: Context, entry: NudgeEntry, since: float, attempt: Any) ->
         if ev["event"] == EVENT:
             break
         if ev["event"] == "spawn_requested" and entry.create_if_missing:
-            return True  # it started a session, whose brief (the text, after a snapshot) may have gone: never twice
+            return True, []  # it started a session, whose brief (the text, after a snapshot) may have gone: never twice
         if ev["event"] == "accepted" and ev.get("text_sha256") == digest and ev.get("host") == host:
             ids.add(ev["id"])
     if not after:
-        return True  # the start itself is not where it was a moment ago: assume the worst, never send twice
+        return True, []  # the start itself is not where it was a moment ago: assume the worst, never send twice
     fates: dict[Any, bool] = {}
     for ev in events:
         if ev["event"] == "outcome" and ev["id"] in ids:
             reached = ev["outcome"] in SENT or bool(ev.get("indeterminate")) or bool(ev.get("pasted"))
             fates[ev["id"]] = fates.get(ev["id"], False) or reached
-    return any(fates.get(i, True) for i in ids)
+    pending = sorted(str(i) for i in ids if i not in fates)
+    return any(fates.get(i, True) for i in ids), pending
 
 
 def _ago(seconds: float) -> str:
@@ -152,6 +163,13 @@ def _ago(seconds: float) -> str:
 
 def plan(ctx: Context, entries: list[NudgeEntry], now: float) -> tuple[list[dict[str, Any]], list[Any]]:
     """Each entry with whether it is due now, and why (or why not)."""
+    rows, warnings, _found = _plan(ctx, entries, now)
+    return rows, warnings
+
+
+def _plan(
+    ctx: Context, entries: list[NudgeEntry], now: float
+) -> tuple[list[dict[str, Any]], list[Any], dict[str, dict[str, Any]]]:
     horizon = max(max(duration_s(e.every), duration_s(e.retry)) for e in entries)
     history, warnings = _history(ctx, {e.key: e for e in entries}, horizon, now)
     local = time.localtime(now)
@@ -166,6 +184,12 @@ def plan(ctx: Context, entries: list[NudgeEntry], now: float) -> tuple[list[dict
         sent, tried = seen.get("sent"), seen.get("tried")
         if entry.quiet_hours and in_quiet(minute, quiet_minutes(entry.quiet_hours)):
             row["why"] = f"quiet hours ({entry.quiet_hours}, local time)"
+        elif seen.get("pending"):
+            left = row["pending"] = seen["pending"][0][1]
+            row["why"] = (
+                f"{left} was left unfinished by a run killed mid-send: `nudge run` finishes it as `drover retry` does "
+                "(it looks in the receiver's record first: never twice)"
+            )
         elif sent is not None and now - sent < every - _slack(every):
             row["why"] = f"sent {_ago(now - sent)} ago; every {entry.every}"
             row["next"] = now_iso(sent + every - _slack(every))
@@ -177,7 +201,7 @@ def plan(ctx: Context, entries: list[NudgeEntry], now: float) -> tuple[list[dict
             last = f"not sent in the last {entry.every}" if sent is None else f"sent {_ago(now - sent)} ago"
             row["why"] = last if sent is None else f"{last}; every {entry.every}"
         rows.append(row)
-    return rows, warnings
+    return rows, warnings, history
 
 
 def _event(key: str, phase: str, attempt: str, **fields: Any) -> dict[str, Any]:
@@ -214,6 +238,36 @@ async def _send_entry(ctx: Context, entry: NudgeEntry, row: dict[str, Any]) -> N
     if data.get("warnings"):  # a noisy login shell on the target's host: cron mails it, naming the host
         row["warnings"] = data["warnings"]
     row["exit_code"] = exit_code
+
+
+async def _finish(ctx: Context, entry: NudgeEntry, row: dict[str, Any], pending: list[tuple[str, str]]) -> None:
+    """Finish the messages a killed run left with no outcome, through `drover retry`'s own op: it looks for each
+    in the record and in the receiver's own record before it delivers, and holds the message's lock, so a message
+    that did arrive is recorded as such and none is sent twice.  Each finished one gets its run's `done`; one the
+    session cannot take yet (busy) stays pending for the next run."""
+    for attempt, msg_id in pending:
+        try:
+            res = await messages_retry(ctx, RetryRequest(id=msg_id))
+            data, exit_code = dict(res.data or {}), res.exit_code
+        except DroverError as exc:
+            row.update(id=msg_id, outcome=P.FAILED, code=exc.code, detail=exc.line(), sent=False, exit_code=int(exc.exit_code))
+            if isinstance(exc, TargetError):
+                # Its session is gone: nothing left to finish.  Done, not sent: the entry's own refusals (not live)
+                # take it from here at `retry`; the message stays pending in the record for `drover retry`.
+                done = {"msg": msg_id, "outcome": P.FAILED, "code": exc.code, "sent": False, "finished": True}
+                ctx.truth.append(_event(entry.key, "done", attempt, **done))
+            continue  # else its host unreachable, say: still pending, tried again by the next run
+        outcome, code = data.get("outcome"), data.get("code")
+        row.update(id=msg_id, outcome=outcome, code=code, detail=data.get("detail"), exit_code=exit_code)
+        if code == P.BUSY:
+            row["sent"] = False  # the session is mid-turn (or someone is retrying it right now): left for later
+            row["exit_code"] = ExitCode.OK  # the nudge's kind of refusal: tried again, never a failure
+            continue
+        # Cannot be verified: it may have arrived, so it counts as sent, as a run that died always did.
+        sent = outcome in SENT or bool(data.get("indeterminate")) or bool(data.get("pasted")) or code == P.CANNOT_VERIFY
+        row["sent"] = sent
+        done = {"msg": msg_id, "outcome": outcome, "code": code, "sent": sent, "finished": True}
+        ctx.truth.append(_event(entry.key, "done", attempt, **done))
 
 
 @asynccontextmanager
@@ -282,10 +336,12 @@ async def nudge_run(ctx: Context, req: RunRequest) -> Result:
             )
             data["locked"] = True
             return Result(data, [{"code": P.NUDGE_RUN_LOCKED, "message": why}], ExitCode.REFUSED)
-        rows, warnings = plan(ctx, entries, time.time())
+        rows, warnings, history = _plan(ctx, entries, time.time())
         by_key = {e.key: e for e in entries}
         for row in rows:
-            if row["due"]:
+            if row.get("pending"):
+                await _finish(ctx, by_key[row["entry"]], row, history.get(row["entry"], {}).get("pending", []))
+            elif row["due"]:
                 await _send_entry(ctx, by_key[row["entry"]], row)
     data.update(entries=rows, due=sum(r["due"] for r in rows), sent=sum(bool(r.get("sent")) for r in rows), warnings=warnings)
     # Refusals are the nudge doing its job (recorded, tried again at `retry`); a failure to reach a host is not.
@@ -293,6 +349,7 @@ async def nudge_run(ctx: Context, req: RunRequest) -> Result:
     errors = [{"code": r.get("code") or P.FAILED, "message": f"{r['entry']}: {r.get('detail')}"} for r in failed]
     if not failed:
         return Result(data, errors)
-    if len(failed) == data["due"]:
+    tried = sum(bool(r["due"] or (r.get("pending") and r.get("outcome"))) for r in rows)  # sent or finished
+    if len(failed) == tried:
         return Result(data, errors, int(failed[0].get("exit_code") or ExitCode.FAILED))
     return Result(data, errors, ExitCode.PARTIAL)
