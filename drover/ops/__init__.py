@@ -3,6 +3,7 @@
 from drover.ops import (  # noqa: F401 - registration side effect
     board,
     broadcast,
+    done,
     file_wait,
     fleet_check,
     fleet_edit,
