@@ -5,9 +5,10 @@ process, a Claude Code registry record's pid, the engine's process) is an ancest
 environment says (`$TMUX_PANE`, `$CLAUDECODE`, ...) is a claim anyone can make, so it only decides whether looking
 is worth its cost; it never names the session.
 
-Codex runs its tools in its app-server daemon, not under the TUI's pane, so no pane is an ancestor of a Codex
-tool.  There the claim is `$CODEX_THREAD_ID` (what Codex puts in a tool's environment), and it is taken only when
-the app-server of a live Codex pane whose thread is that id is itself an ancestor of the caller.
+Codex 0.169 runs its tools in its app-server daemon, not under the TUI's pane: the daemon is a child of whichever
+TUI of its CODEX_HOME started it, so the pane above a tool may be another TUI's.  There the claim is
+`$CODEX_THREAD_ID` (Codex sets it, with CODEX_SESSION_ID and CODEX_TOOL_CALL_ID, in a tool's environment), taken
+only when the app-server of the pane whose thread that is stands among the caller's ancestors.
 
 The address other sessions answer to is `HOST:ID`: HOST this machine's name (a receiver elsewhere knows it by
 that, not by `local`), ID the session's own id (a Claude session id, or `server/%pane`).
@@ -15,6 +16,7 @@ that, not by `local`), ID the session's own id (a Claude session id, or `server/
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -108,25 +110,51 @@ def _pin(s: dict[str, Any]) -> str:
     return f"{s.get('server')}/{s['id']}"
 
 
-def _codex_match(sessions: list[dict[str, Any]], chain: list[int], env: dict[str, str]) -> dict[str, Any] | None:
-    """A Codex tool's session: the pane whose thread is $CODEX_THREAD_ID, if that pane's app-server is our ancestor."""
-    thread = env.get("CODEX_THREAD_ID")
-    if not thread:
-        return None
-    for s in sessions:
-        if s.get("engine") != "codex" or s.get("thread") != thread:
-            continue
-        home = _env_of(int(s.get("engine_pid") or 0)).get("CODEX_HOME") or os.path.join(
-            _env_of(int(s.get("engine_pid") or 0)).get("HOME", ""), ".codex"
-        )
+def _codex_home(s: dict[str, Any]) -> str:
+    env = _env_of(int(s.get("engine_pid") or 0))
+    return env.get("CODEX_HOME") or os.path.join(env.get("HOME", ""), ".codex")
+
+
+def _codex_daemons(sessions: list[dict[str, Any]]) -> dict[int, str]:
+    """The app-server daemon of each live Codex pane's CODEX_HOME: its pid -> that home.  (Its pid file holds JSON,
+    {"pid": N, ...}.)"""
+    out: dict[int, str] = {}
+    for home in {_codex_home(s) for s in sessions if s.get("engine") == "codex" and s.get("engine_pid")}:
         try:
             with open(os.path.join(home, "app-server-daemon", "daemon.pid"), encoding="utf-8") as f:
-                daemon = int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
+                pid = json.load(f)["pid"]
+        except (OSError, ValueError, KeyError, TypeError):
             continue
-        if daemon in chain:
-            return s
-    return None
+        if isinstance(pid, int) and pid > 1:
+            out[pid] = home
+    return out
+
+
+def _nearest(sessions: list[dict[str, Any]], chain: list[int], env: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
+    """The session whose boundary is nearest above the caller, walking up its ancestors.
+
+    A Codex app-server is a boundary too: it runs every tool of every TUI of its CODEX_HOME, and it is itself the
+    child of whichever TUI started it first -- so above it stands that TUI's pane, which is not the caller's session
+    for a tool of another TUI.  There the thread the tool runs for ($CODEX_THREAD_ID) decides, among that home's
+    panes; with no pane running that thread, no session is taken."""
+    daemons = _codex_daemons(sessions)
+    for p in chain:
+        if p in daemons:
+            thread = env.get("CODEX_THREAD_ID")
+            hits = [
+                s
+                for s in sessions
+                if s.get("engine") == "codex" and thread and s.get("thread") == thread and _codex_home(s) == daemons[p]
+            ]
+            if len(hits) == 1:
+                return hits[0], "a tool of Codex's app-server (an ancestor of this one) for $CODEX_THREAD_ID's pane"
+            return None, "this runs under a Codex app-server, and no one live pane of it runs $CODEX_THREAD_ID's thread"
+        hits = [s for s in sessions if p in (s.get("pid"), s.get("engine_pid"))]
+        if hits:
+            # Between a Claude's registry session and its pane (one process): the registry's (it has the inbox).
+            hits.sort(key=lambda s: 0 if s.get("engine") == "claude" and not str(s.get("id", "")).startswith("%") else 1)
+            return hits[0], "its process is an ancestor of this one"
+    return None, "no session on this machine has a process that is an ancestor of this one"
 
 
 async def find(ctx: Any, environ: dict[str, str] | None = None) -> tuple[SelfSession | None, str]:
@@ -142,23 +170,9 @@ async def find(ctx: Any, environ: dict[str, str] | None = None) -> tuple[SelfSes
     chain = procs.ancestors(pid)
     data = await call_host(ctx, LOCAL, "list", {"state": False})
     sessions = [s for s in data.get("sessions", []) if isinstance(s, dict) and s.get("id")]
-    best: tuple[int, dict[str, Any]] | None = None
-    for s in sessions:
-        for key in ("pid", "engine_pid"):
-            p = s.get(key)
-            if isinstance(p, int) and p in chain:
-                depth = chain.index(p)
-                # The nearest ancestor wins: a session started inside another's pane is its own.  Between a Claude's
-                # registry session and its pane (one process), the registry's (it has the inbox).
-                if best is None or depth < best[0] or (depth == best[0] and s.get("engine") == "claude"):
-                    best = (depth, s)
-    how = "its process is an ancestor of this one"
-    found = best[1] if best is not None else None
+    found, how = _nearest(sessions, chain, env)
     if found is None:
-        found = _codex_match(sessions, chain, env)
-        how = "$CODEX_THREAD_ID, with its app-server an ancestor of this one"
-    if found is None:
-        return None, "no session on this machine has a process that is an ancestor of this one"
+        return None, how
     pin = _pin(found)
     answer = await call_host(ctx, LOCAL, "resolve", {"target": pin})
     s = answer.get("session") or found
