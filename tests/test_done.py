@@ -272,3 +272,55 @@ def test_a_codex_tool_is_its_own_tuis_session_not_the_pane_its_app_server_runs_u
         assert first.pane != second.pane
         # Its pane above the tool was the first TUI's (the app-server's parent): not taken.
         assert not [t for t in lab.turns() if "finish up" not in " ".join(lab.inputs_of(t))]
+
+
+def test_the_real_claude_spawns_a_worker_from_its_bash_tool_and_its_transcript_shows_the_report(
+    claude_lab: Any, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet = isolated / "fleet.toml"
+    demo_fleet(fleet, isolated)
+    monkeypatch.setenv("DROVER_FLEET", str(fleet))  # before the lab's tmux server starts: its panes inherit it
+    # Its Bash tool runs without a dialog: allowed by a rule, in acceptEdits (auto mode, the default, sets the rule
+    # aside and asks a server-side check that an offline Claude cannot reach).
+    claude_lab.settings(permissions={"allow": ["Bash(*)"], "defaultMode": "acceptEdits"})
+    go = isolated / "go"
+    work = script(
+        isolated / "work.sh",
+        f"while [ ! -e {go} ]; do sleep 0.2; done",
+        f"{DROVER} done --summary 'schema migrated' --evidence 'alembic head: 3f2a' --json > {isolated}/done.json",
+    )
+    # Once: the fake model answers every turn of the lead's with this tool call until told otherwise.
+    spawn = (
+        f"mkdir {isolated}/once && {DROVER} spawn local --engine demo --cwd {isolated} --name worker-c"
+        f" --brief 'run: {work}' --json > {isolated}/spawn.json"
+    )
+    lead = claude_lab.start("lead-c", flags="--permission-mode acceptEdits", tool_use={"command": spawn})
+    res = drover_send(f"local:{lead.session_id}", "spawn the worker")
+    assert res.code == 0, res.err
+    try:
+        wait_for(lambda: (isolated / "spawn.json").exists() and (isolated / "spawn.json").read_text(), 120, what="spawn ran")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the lead's screen:\n{lead.screen()}") from None
+    spawned = json.loads((isolated / "spawn.json").read_text())["data"]
+    assert spawned["state"] == "ready" and spawned["brief"]["outcome"] == "delivered", spawned
+    wait_for(lambda: lead.status() == "idle", 60, what="the lead's turn to end")
+    lead.set_control(reply="noted")  # its next turn (the report's) answers in words, and starts nothing
+    (requested,) = [e for e in truth(isolated) if e["event"] == "spawn_requested"]
+    assert requested["parent"]["session"]["id"] == lead.session_id
+    assert requested["parent"]["session"]["identity"] == f"claude:{lead.session_id}"
+    go.touch()
+    peers = wait_for(
+        lambda: [p for p in lead.peer_messages() if "[drover done]" in str(p["origin"].get("body"))], 120, what="the report"
+    )
+    origin = peers[0]["origin"]
+    assert str(origin["body"]).startswith(f"[drover done] worker-c@{machine_name()}: schema migrated")
+    assert origin["name"].endswith(f" @ {machine_name()}:default/{spawned['pane']}"), origin["name"]
+    wait_for(lambda: (isolated / "done.json").exists() and (isolated / "done.json").read_text(), 60, what="done ended")
+    done = json.loads((isolated / "done.json").read_text())["data"]
+    assert done["report"]["lane"] == "inbox" and done["report"]["verified"] is True, done
+
+
+def drover_send(target: str, text: str) -> Any:
+    from tests.conftest import drover_process
+
+    return drover_process("--actor", "tester", "send", target, text)
