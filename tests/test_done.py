@@ -16,6 +16,9 @@ from drover.remote.text import envelope, from_name
 from drover.self_session import machine_name
 from tests.conftest import Pane, Tmux, remote_agent, wait_for
 from tests.support.sshfleet import SSHFleet
+from tests.test_daemon import persistent as persistent_mode  # the fixture: persistent mode, its daemons stopped after
+
+persistent = persistent_mode
 
 DROVER = f"{sys.executable} -m drover"
 
@@ -61,11 +64,14 @@ def coordinator(tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> 
     return tmux.agent("coordinator", "default", "--tools")
 
 
-def spawn_worker(cli: Any, coordinator: Pane, isolated: Path, worker_lines: list[str], name: str = "worker-1") -> Path:
+def spawn_worker(
+    cli: Any, coordinator: Pane, isolated: Path, worker_lines: list[str], name: str = "worker-1", before: tuple[str, ...] = ()
+) -> Path:
     """The coordinator runs `drover spawn` as its tool; the worker's brief makes it run `worker_lines` as its own."""
     work = script(isolated / f"{name}.sh", *worker_lines)
     spawn = script(
         isolated / f"spawn-{name}.sh",
+        *before,
         f"{DROVER} spawn local --engine demo --cwd {isolated} --name {name} --brief 'run: {work}' --json"
         f" > {isolated}/{name}.spawn.json",
     )
@@ -189,6 +195,29 @@ def test_session_naming_another_session_is_refused_and_a_forged_actor_forges_no_
     spawned = json.loads((isolated / "worker-1.spawn.json").read_text())["data"]
     assert names == [f"drover (x@box:evil) @ {machine_name()}:default/{spawned['pane']}"], opening
     assert "not mine" not in report
+
+
+def test_through_a_daemon_started_inside_the_coordinator_the_worker_is_still_itself(
+    persistent: Path, cli: Any, coordinator: Pane, isolated: Path
+) -> None:
+    """Persistent mode: the coordinator's spawn starts the daemon from inside its pane, and the worker's `drover
+    done` runs in that daemon -- whose own ancestors are not the worker's.  The session is the client's, by the pid
+    the kernel gives for the socket's peer."""
+    done = f'{DROVER} op sessions.done \'{{"summary": "via the daemon"}}\' > {isolated}/d.json'
+    # `ls` starts the daemon (from the coordinator's pane) for the next hot command: the worker's `op`.
+    up = (f"{DROVER} ls > /dev/null", f"until {DROVER} daemon status > /dev/null; do sleep 0.2; done")
+    status = f"{DROVER} daemon status --json > {isolated}/status.json"  # as the panes' environment keys it
+    worker_log = spawn_worker(cli, coordinator, isolated, [done, status], before=up)
+    wait_for(lambda: reports(coordinator.log), timeout=120, what="the report")  # type: ignore[arg-type]
+    wait_for(lambda: tools(worker_log), timeout=120, what="the worker's done to end")
+    spawned = json.loads((isolated / "worker-1.spawn.json").read_text())["data"]
+    (ev,) = [e for e in truth(isolated) if e["event"] == "done"]
+    assert ev["session"]["identity"] == spawned["identity"]
+    (requested,) = [e for e in truth(isolated) if e["event"] == "spawn_requested"]
+    assert requested["parent"]["session"]["id"] == coordinator.id
+    served = json.loads((isolated / "status.json").read_text())
+    assert served["running"] and served["served"] >= 1, served
+    assert json.loads((isolated / "d.json").read_text())["ok"]
 
 
 def test_done_outside_any_session_says_to_run_it_inside_one(cli: Any, tmux: Tmux, monkeypatch: pytest.MonkeyPatch) -> None:
