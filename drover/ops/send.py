@@ -122,13 +122,18 @@ LOOK: Any = object()  # sessions_message's default: find the sender's session
 
 
 async def sender_session(ctx: Context) -> Any:
-    """The session this send comes from, or None; a failure to look is no reason to fail the send."""
+    """The session this send comes from, or None; a failure to look is no reason to fail the send.  Looked up once
+    per Context: a broadcast's hundred sends come from one session, and each look lists the local sessions."""
     from drover import self_session
 
+    cached = getattr(ctx, "_sender_session", LOOK)
+    if cached is not LOOK:
+        return cached
     try:
         me, _why = await self_session.find(ctx)
     except DroverError:
-        return None
+        me = None
+    ctx._sender_session = me  # type: ignore[attr-defined]
     return me
 
 
