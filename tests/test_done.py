@@ -172,6 +172,20 @@ def test_killed_between_done_and_its_report_a_second_done_makes_one_report(
     assert len([e for e in truth(isolated) if e["event"] == "accepted" and e["options"].get("terminal")]) == 1
 
 
+def test_two_dones_at_once_make_one_report(cli: Any, coordinator: Pane, isolated: Path) -> None:
+    one = f"{DROVER} done --summary 'first of two' --json > {isolated}/a.json"
+    two = f"{DROVER} done --summary 'second of two' --json > {isolated}/b.json"
+    worker_log = spawn_worker(cli, coordinator, isolated, [f"{one} & {two} & wait"])
+    wait_for(lambda: tools(worker_log), timeout=120, what="both dones to end")
+    wait_for(lambda: reports(coordinator.log), timeout=60, what="the report")  # type: ignore[arg-type]
+    events = truth(isolated)
+    assert len([e for e in events if e["event"] == "done"]) == 1
+    assert len([e for e in events if e["event"] == "accepted" and e["options"].get("terminal")]) == 1
+    docs = [json.loads((isolated / f).read_text()) for f in ("a.json", "b.json")]
+    assert sorted(d["data"]["recorded"] for d in docs) == [False, True], docs
+    assert len(reports(coordinator.log)) == 1  # type: ignore[arg-type]
+
+
 def test_session_naming_another_session_is_refused_and_a_forged_actor_forges_no_address(
     cli: Any, coordinator: Pane, isolated: Path
 ) -> None:
@@ -181,7 +195,8 @@ def test_session_naming_another_session_is_refused_and_a_forged_actor_forges_no_
         isolated,
         [
             f"{DROVER} done --session local:{coordinator.address} --summary 'not mine'",
-            f"DROVER_ACTOR='x) @ box:evil' {DROVER} done --summary 'mine'",
+            # its own session named: allowed ($TMUX_PANE is only a claim; the process tree agrees with it here)
+            f"DROVER_ACTOR='x) @ box:evil' {DROVER} done --session \"local:default/$TMUX_PANE\" --summary 'mine'",
         ],
     )
     wait_for(lambda: reports(coordinator.log), timeout=120, what="the report")  # type: ignore[arg-type]
