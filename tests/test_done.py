@@ -288,6 +288,10 @@ def test_the_envelope_name_keeps_the_address_whole_and_disarms_the_actor() -> No
     assert from_name("x) @ box:evil") == "drover (x@box:evil)"
     assert from_name("x\uff09 \uff20 box:evil", "me:%3") == "drover (x@box:evil) @ me:%3"  # fullwidth ) and @
     assert from_name("x\u2769 @ box:evil", "me:%3") == "drover (x@box:evil) @ me:%3"  # a lookalike parenthesis
+    claude = "4f1c0a9e-2b3d-4c5e-8f90-123456789abc"
+    assert from_name("lead", f"box-a:{claude}") == f"drover (lead) @ box-a:{claude}"
+    # a longer actor: the session id shortened to the 8 characters drover resolves it by, not the actor to nothing
+    assert from_name("coordinator", f"box-a:{claude}") == "drover (coordinator) @ box-a:4f1c0a9e"
     long = from_name("a" * 80, "host:" + "1" * 36)
     assert len(long) <= 64 and long.endswith(") @ host:" + "1" * 36)
     # The address holds no character that could end the attribute or the tag.
@@ -324,9 +328,10 @@ def test_the_real_claude_spawns_a_worker_from_its_bash_tool_and_its_transcript_s
     fleet = isolated / "fleet.toml"
     demo_fleet(fleet, isolated)
     monkeypatch.setenv("DROVER_FLEET", str(fleet))  # before the lab's tmux server starts: its panes inherit it
-    # Its Bash tool runs without a dialog: allowed by a rule, in acceptEdits (auto mode, the default, sets the rule
-    # aside and asks a server-side check that an offline Claude cannot reach).
-    claude_lab.settings(permissions={"allow": ["Bash(*)"], "defaultMode": "acceptEdits"})
+    # Its Bash tool runs without a dialog: allowed by a rule, in acceptEdits by --permission-mode (auto mode, the
+    # default, sets the rule aside and asks a server-side check that an offline Claude cannot reach; acceptEdits as
+    # the settings' defaultMode draws a "make auto mode your default?" dialog at start instead).
+    claude_lab.settings(permissions={"allow": ["Bash(*)"]})
     go = isolated / "go"
     work = script(
         isolated / "work.sh",
@@ -352,6 +357,9 @@ def test_the_real_claude_spawns_a_worker_from_its_bash_tool_and_its_transcript_s
     (requested,) = [e for e in truth(isolated) if e["event"] == "spawn_requested"]
     assert requested["parent"]["session"]["id"] == lead.session_id
     assert requested["parent"]["session"]["identity"] == f"claude:{lead.session_id}"
+    # The brief came from inside the lead: its envelope names the lead's session (a Claude id, by 8+ characters).
+    brief = next(e["text"] for e in log_of(isolated / "worker-c.jsonl") if e["type"] == "message")
+    assert f" @ {machine_name()}:{lead.session_id[:8]}" in brief.splitlines()[0], brief.splitlines()[0]
     go.touch()
     peers = wait_for(
         lambda: [p for p in lead.peer_messages() if "[drover done]" in str(p["origin"].get("body"))], 120, what="the report"

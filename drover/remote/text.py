@@ -137,6 +137,8 @@ def sanitise_name(name: str) -> str:
 
 NAME_MAX = 64  # what Claude Code keeps of a from-name
 ADDRESS = re.compile(r"[^A-Za-z0-9._%/:-]")
+SESSION_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+ACTOR_ROOM = 16  # what of the actor's name is worth shortening a session id for
 
 
 def actor_part(actor: str) -> str:
@@ -159,6 +161,12 @@ def from_name(actor: str, sender: str = "") -> str:
     if not address:
         return sanitise_name("drover (%s)" % shown)
     room = NAME_MAX - len("drover () @ ") - len(address)
+    host, _, ident = address.partition(":")
+    if room < min(len(shown), ACTOR_ROOM) and SESSION_UUID.match(ident):
+        # A Claude session id leaves the actor a few letters: its first 8 characters name it as well (drover resolves
+        # an id by a unique prefix of 8+; an ambiguous one is an error listing both, never a wrong delivery).
+        address = "%s:%s" % (host, ident[:8])
+        room = NAME_MAX - len("drover () @ ") - len(address)
     return "drover (%s) @ %s" % (shown[:room].strip(), address)
 
 
