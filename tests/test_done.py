@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,20 +66,28 @@ def coordinator(tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def spawn_worker(
-    cli: Any, coordinator: Pane, isolated: Path, worker_lines: list[str], name: str = "worker-1", before: tuple[str, ...] = ()
+    cli: Any,
+    coordinator: Pane,
+    isolated: Path,
+    worker_lines: list[str],
+    name: str = "worker-1",
+    before: tuple[str, ...] = (),
+    tag: str = "",
 ) -> Path:
-    """The coordinator runs `drover spawn` as its tool; the worker's brief makes it run `worker_lines` as its own."""
-    work = script(isolated / f"{name}.sh", *worker_lines)
+    """The coordinator runs `drover spawn` as its tool; the worker's brief makes it run `worker_lines` as its own.
+    `tag`: another spawn of the same name (its scripts named apart: the same text twice in 30 s is a duplicate)."""
+    work = script(isolated / f"{name}{tag}.sh", *worker_lines)
     spawn = script(
-        isolated / f"spawn-{name}.sh",
+        isolated / f"spawn-{name}{tag}.sh",
         *before,
         f"{DROVER} spawn local --engine demo --cwd {isolated} --name {name} --brief 'run: {work}' --json"
         f" > {isolated}/{name}.spawn.json",
     )
     sent = cli("send", f"local:{coordinator.address}", f"run: {spawn}")
     assert sent.code == 0, sent.err
-    wait_for(lambda: any("spawn" in t["command"] for t in tools(coordinator.log)), timeout=120, what="the spawn ran")  # type: ignore[arg-type]
-    (ran,) = [t for t in tools(coordinator.log) if "spawn" in t["command"]]  # type: ignore[arg-type]
+    mine = lambda: [t for t in tools(coordinator.log) if t["command"] == f"sh {isolated}/spawn-{name}{tag}.sh"]  # type: ignore[arg-type]  # noqa: E731
+    wait_for(mine, timeout=120, what="the spawn ran")
+    (ran,) = mine()
     assert ran["rc"] == 0, ran
     return isolated / f"{name}.jsonl"
 
@@ -170,6 +179,25 @@ def test_killed_between_done_and_its_report_a_second_done_makes_one_report(
     wait_for(lambda: len(tools(worker_log)) == 3, timeout=120, what="the third done ran")
     assert len(reports(coordinator.log)) == 1  # type: ignore[arg-type]
     assert len([e for e in truth(isolated) if e["event"] == "accepted" and e["options"].get("terminal")]) == 1
+
+
+def test_a_name_reused_by_a_new_worker_is_a_new_end_and_a_new_report(
+    cli: Any, coordinator: Pane, isolated: Path, tmux: Tmux
+) -> None:
+    line = f"{DROVER} done --summary 'round one' --json > {isolated}/r1.json"
+    worker_log = spawn_worker(cli, coordinator, isolated, [line])
+    wait_for(lambda: reports(coordinator.log), timeout=120, what="the first report")  # type: ignore[arg-type]
+    wait_for(lambda: tools(worker_log), timeout=120, what="the first done to end")
+    first = json.loads((isolated / "worker-1.spawn.json").read_text())["data"]
+    subprocess.run(["tmux", "-L", "default", "kill-session", "-t", "worker-1"], check=True, timeout=10)
+    line = f"{DROVER} done --summary 'round two' --json > {isolated}/r2.json"
+    spawn_worker(cli, coordinator, isolated, [line], tag="-again")
+    wait_for(lambda: len(reports(coordinator.log)) == 2, timeout=120, what="the second report")  # type: ignore[arg-type]
+    second = json.loads((isolated / "worker-1.spawn.json").read_text())["data"]
+    assert first["identity"] != second["identity"] and first["spawn_id"] != second["spawn_id"]
+    done = [e for e in truth(isolated) if e["event"] == "done"]
+    assert [(e["spawn"], e["summary"]) for e in done] == [(first["spawn_id"], "round one"), (second["spawn_id"], "round two")]
+    assert "round two" in reports(coordinator.log)[1]  # type: ignore[arg-type]
 
 
 def test_two_dones_at_once_make_one_report(cli: Any, coordinator: Pane, isolated: Path) -> None:
