@@ -309,6 +309,15 @@ def test_done_with_to_reports_over_ssh_and_without_a_parent_only_records(
     assert f'@ {machine_name()}:default/{worker.id}"' in report.splitlines()[0]
     kinds = [e["event"] for e in truth(isolated) if e["event"] in ("done", "failed")]
     assert kinds == ["done", "failed"]
+    # Killed after its end was recorded, a `done --to` run again without --to still reports where the first said.
+    cut = script(isolated / "cut.sh", f"DROVER_FAULT=after_done_recorded {DROVER} done --summary 'cut off' --to h1:{parent.id}")
+    rerun = script(isolated / "rerun.sh", f"{DROVER} done --summary 'cut off' --json > {isolated}/rerun.json")
+    for n, step in enumerate((cut, rerun), start=3):
+        assert cli("send", f"local:{worker.address}", f"run: {step}").code == 0
+        wait_for(lambda n=n: len(tools(worker.log)) == n, timeout=120, what=f"tool {n}")  # type: ignore[arg-type,misc]
+    wait_for(lambda: len(reports(parent.log)) == 2, timeout=60, what="the cut-off report on h1")  # type: ignore[arg-type]
+    assert body(reports(parent.log)[1])[0] == f"[drover done] solo@{machine_name()}: cut off"  # type: ignore[arg-type]
+    assert json.loads((isolated / "rerun.json").read_text())["data"]["recorded"] is False
 
 
 def test_the_envelope_name_keeps_the_address_whole_and_disarms_the_actor() -> None:

@@ -151,7 +151,7 @@ async def sessions_done(ctx: Context, req: DoneRequest) -> Result:
     # it says, so a long-lived session may end one task after another.
     key = f"done:{me.identity}:{spawn_id}"
     if spawn_id is None:
-        said = "\0".join([kind, req.summary or "", *evidence, req.to or ""])
+        said = "\0".join([kind, req.summary or "", *evidence])  # not --to: a re-run need not repeat it
         key += ":" + hashlib.sha256(said.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     ev = lifecycle.event(
         kind,
@@ -166,6 +166,10 @@ async def sessions_done(ctx: Context, req: DoneRequest) -> Result:
     since = float(requested["ts"]) if requested and isinstance(requested.get("ts"), (int, float)) else None
     ev, written = lifecycle.record_once(ctx.truth, ev, key, since_ts=since)
     fault("after_done_recorded")
+    if not written and isinstance(ev.get("report_to"), str) and ":" in ev["report_to"]:
+        # The end stands as first recorded, and so does where its report goes (a re-run may not repeat --to).
+        host, _, ident = ev["report_to"].partition(":")
+        parent = (host, ident)
     data: dict[str, Any] = {
         "event": ev["event"],
         "event_id": ev["id"],
