@@ -17,13 +17,16 @@ import json
 import os
 import select
 import signal
+import subprocess
 import sys
 import termios
+import threading
 import time
 
 BOX_LINES = 6
 PASTE_START = "\x1b[200~"
 PASTE_END = "\x1b[201~"
+TOOL = "run: "  # with --tools: a message line that is a command to run
 KEY_NAMES = {"\x1b[A": "Up", "\x1b[B": "Down", "\x1b[C": "Right", "\x1b[D": "Left", "\x1b": "Esc"}
 
 
@@ -45,8 +48,12 @@ class Agent:
         split_draw: float = 0.0,
         ignore_enter: float = 0.0,
         reply: bool = False,
+        tools: bool = False,
     ) -> None:
         self.log_path = log
+        # With --tools, a message's lines that start `run: ` are run as a shell command, a child of this process,
+        # as an agent runs a tool: how the tests run `drover spawn` and `drover done` from inside a session.
+        self.tools = tools
         # Hostile-program knobs for the tests: a dialog some ms after a paste lands, each frame drawn in two writes,
         # an Enter ignored for a while after a paste.
         self.dialog_delay = dialog_delay
@@ -146,10 +153,25 @@ class Agent:
             return
         self.record(type="message", text=text, while_busy=self.busy())
         self.history.append(text)
+        if self.tools:
+            for line in text.splitlines():
+                if line.startswith(TOOL):
+                    threading.Thread(target=self.run_tool, args=(line[len(TOOL) :],), daemon=True).start()
         if self.reply:
             self.unanswered.append(text)
         if self.busy_after > 0 and not self.busy():
             self.busy_until = time.monotonic() + self.busy_after
+
+    def run_tool(self, command: str) -> None:
+        """One tool call: its exit code and output in the log (a `tool` event), while the REPL goes on."""
+        self.record(type="tool_start", command=command)
+        try:
+            done = subprocess.run(
+                ["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600
+            )
+            self.record(type="tool", command=command, rc=done.returncode, out=done.stdout[-4000:], err=done.stderr[-4000:])
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self.record(type="tool", command=command, rc=None, out="", err=str(exc))
 
     def key(self, name: str) -> None:
         if self.dialog:
@@ -331,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dialog-delay", type=float, default=0.0, help="with --dialog-after-paste: this many seconds later")
     parser.add_argument("--split-draw", type=float, default=0.0, help="draw each frame in two writes, this many seconds apart")
     parser.add_argument("--reply", action="store_true", help="answer each message in the log when its busy time is over")
+    parser.add_argument("--tools", action="store_true", help="run each message line that starts `run: ` as a shell command")
     parser.add_argument("--ignore-enter", type=float, default=0.0, help="ignore Enter for this many seconds after a paste")
     # What `drover spawn ... -- ARGS` may pass an engine: taken and ignored, as an engine takes its own flags.
     parser.add_argument("--model", help="accepted and ignored (an engine flag a spawn may pass)")
@@ -346,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         args.split_draw,
         args.ignore_enter,
         args.reply,
+        args.tools,
     ).run()
     return 0
 

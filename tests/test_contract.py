@@ -43,6 +43,7 @@ OPS = {
     "messages.list": ["target", "host", "hosts", "actor", "outcome", "since", "pending", "limit", "text"],
     "nudge.run": ["dry_run", "entries", "lock_wait_s"],
     "sessions.broadcast": ["text", "hosts", "tags", "engine", "name", "cwd", "all", "actor", "via"],
+    "sessions.done": ["summary", "evidence", "failed", "to", "session", "actor"],
     "sessions.chain": ["host", "id"],
     "sessions.handoff": ["host", "id", "to", "to_host", "note", "actor"],
     "sessions.list": ["hosts", "tags", "engine", "state"],

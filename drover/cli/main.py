@@ -8,6 +8,7 @@ from drover.cli import (  # noqa: F401 - importing a command module registers it
     connect_cmds,
     daemon_cmds,
     demo,
+    done_cmds,
     events_cmds,
     fleet_cmds,
     fleetwide_cmds,

@@ -36,6 +36,7 @@ class Request:
         self.loop = daemon.loop
         self.writer = writer
         self.argv = [str(a) for a in msg.get("argv") or []]
+        self.peer_pid: int | None = None  # the client's, from SO_PEERCRED (drover/self_session.py reads it)
         self.cwd = msg.get("cwd") if isinstance(msg.get("cwd"), str) else None
         self.actor = msg.get("actor") if isinstance(msg.get("actor"), str) and msg.get("actor") else None
         tty: dict[str, Any] = msg["tty"] if isinstance(msg.get("tty"), dict) else {}

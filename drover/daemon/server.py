@@ -64,6 +64,15 @@ def _peer_uid(sock: socket.socket) -> int:
     return int(struct.unpack("3i", cred)[1])
 
 
+def _peer_pid(writer: asyncio.StreamWriter) -> int | None:
+    """The client's pid, from the kernel (never from what it says): which session a command runs in follows from it."""
+    try:
+        cred = writer.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return int(struct.unpack("3i", cred)[0])
+    except (OSError, AttributeError):
+        return None
+
+
 def _sources() -> dict[str, int]:
     """drover's source files and their mtimes: a daemon whose code changed under it (an upgrade, an edit) steps
     aside rather than run old code."""
@@ -252,6 +261,7 @@ class Daemon:
             writer.write(wire.encode({"t": "refuse", "why": why}))
             return
         request = Request(self, writer, msg)
+        request.peer_pid = _peer_pid(writer)
         self.last = time.monotonic()  # only commands count as use: `drover daemon status` does not keep it alive
         self.active.add(request)
         self.served += 1

@@ -3,6 +3,7 @@
 from drover.ops import (  # noqa: F401 - registration side effect
     board,
     broadcast,
+    done,
     events,
     file_wait,
     fleet_check,

@@ -105,6 +105,8 @@ async def _deliver(ctx: Context, host: str, msg_id: str, text: str, actor: str, 
         "msg_id": msg_id,
         "receiver_msg_id": options.get("receiver_msg_id"),
         "finish": options.get("finish", False),
+        # Where it was sent from (HOST:SESSION), named in the envelope so the receiver can answer; a retry keeps it.
+        "sender": (options.get("sender") or {}).get("address") or "",
     }
     try:
         return Outcome.of(_brief(await call_host(ctx, host, "deliver", args)))
@@ -115,6 +117,25 @@ async def _deliver(ctx: Context, host: str, msg_id: str, text: str, actor: str, 
         interrupted = {"outcome": P.FAILED, "code": P.INTERRUPTED, "indeterminate": True, "detail": INTERRUPTED}
         _record(ctx, msg_id, Outcome.of(interrupted))
         raise
+
+
+LOOK: Any = object()  # sessions_message's default: find the sender's session
+
+
+async def sender_session(ctx: Context) -> Any:
+    """The session this send comes from, or None; a failure to look is no reason to fail the send.  Looked up once
+    per Context: a broadcast's hundred sends come from one session, and each look lists the local sessions."""
+    from drover import self_session
+
+    cached = getattr(ctx, "_sender_session", LOOK)
+    if cached is not LOOK:
+        return cached
+    try:
+        me, _why = await self_session.find(ctx)
+    except DroverError:
+        me = None
+    ctx._sender_session = me  # type: ignore[attr-defined]
+    return me
 
 
 INTERRUPTED = "interrupted while the message was on its way: it may or may not have arrived (`drover retry ID` finds out)"
@@ -134,8 +155,10 @@ def _result(ctx: Context, msg_id: str, base: dict[str, Any], outcome: Outcome, h
 
 
 @op("sessions.message", MessageRequest, "deliver text to one session, safely, with a record", "drover send")
-async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, Any] | None = None) -> Result:
-    """`tags`: what a caller inside drover adds to the recorded options (a broadcast's id, a nudge entry)."""
+async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, Any] | None = None, sender: Any = LOOK) -> Result:
+    """`tags`: what a caller inside drover adds to the recorded options (a broadcast's id, a nudge entry).
+    `sender`: the session it is sent from (a SelfSession, or None for none), when the caller knows it already;
+    by default drover looks (drover/self_session.py)."""
     if not req.text.strip():
         raise EmptyText("the message text is empty", hint="give the text as an argument, or - to read it from stdin")
     fleet = ctx.fleet
@@ -144,6 +167,9 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
     lim = fleet.limits
     options: dict[str, Any] = {"via": req.via, "expect_engine": req.expect_engine, "as_owner": req.as_owner, "raw": req.raw}
     options.update(tags or {})
+    me = await sender_session(ctx) if sender is LOOK else sender
+    if me is not None:
+        options["sender"] = {**me.record(), "address": me.address}
     resolved: dict[str, Any] | None = None
     unresolved: DroverError | None = None
     host, redirect = req.host, {}  # where it goes, and (after a handoff) where it was addressed

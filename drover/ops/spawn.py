@@ -25,7 +25,7 @@ from drover.fleet import BUILTIN_SPAWN_ENGINES, CONTROL_CHARS, LOCAL, SpawnEngin
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host
 from drover.ops.outcome import exit_code_for
-from drover.ops.send import MessageRequest, sessions_message
+from drover.ops.send import LOOK, MessageRequest, sender_session, sessions_message
 from drover.record import ReadStats, now_iso, spawn_matches
 from drover.remote import protocol as P
 from drover.remote.profiles import BUILTIN_PROFILES
@@ -112,8 +112,29 @@ def template_for(ctx: Context, engine: str) -> SpawnEngine:
     )
 
 
-def snapshot_text(host: str, data: dict[str, Any], actor: str, parent_msg: str | None, spawn_id: str) -> str:
-    """The context the new session is told before its brief: where it runs, on what code, and for whom."""
+def report_command(host: str, parent_session: dict[str, Any] | None) -> str | None:
+    """The exact command the new session reports its end with, or None (no session dispatched it).  On this
+    machine its own `drover done` finds its parent in the record; elsewhere the record is not there, so `--to`
+    names the parent by this machine's name and the parent's own id."""
+    if not parent_session:
+        return None
+    cmd = 'drover done --summary "..."'
+    if host != LOCAL:
+        machine = parent_session.get("machine") or parent_session.get("host")
+        cmd += f" --to {machine}:{parent_session.get('pin') or parent_session.get('id')}"
+    return cmd
+
+
+def snapshot_text(
+    host: str,
+    data: dict[str, Any],
+    actor: str,
+    parent_msg: str | None,
+    spawn_id: str,
+    parent_session: dict[str, Any] | None = None,
+) -> str:
+    """The context the new session is told before its brief: where it runs, on what code, for whom, and (when a
+    session dispatched it) how to tell that session it has finished."""
     git = data.get("git")
     if git:
         where = f"branch {git.get('branch') or '(detached HEAD)'} at {git.get('commit') or '(no commit yet)'}"
@@ -121,11 +142,19 @@ def snapshot_text(host: str, data: dict[str, Any], actor: str, parent_msg: str |
     else:
         code = "git: not a git repository"
     parent = f", for message {parent_msg}" if parent_msg else ""
-    return (
+    text = (
         f"drover started this session: {data['name']} ({data['engine']}) on host {host}, in {data['cwd']}.\n"
         f"{code}\n"
         f"dispatched by {actor}{parent} (spawn {spawn_id}).\n"
     )
+    report = report_command(host, parent_session)
+    if report:
+        where = f"{parent_session.get('machine') or parent_session.get('host')}:{parent_session.get('id')}"  # type: ignore[union-attr]
+        text += (
+            f"when the task is finished, report to the session that dispatched you ({where}) by running: {report} "
+            "(add --failed if it could not be done, --evidence TEXT for what shows it).\n"
+        )
+    return text
 
 
 def _event(kind: str, spawn_id: str, **fields: Any) -> dict[str, Any]:
@@ -134,7 +163,16 @@ def _event(kind: str, spawn_id: str, **fields: Any) -> dict[str, Any]:
 
 
 def _brief_fits(
-    ctx: Context, spawn_id: str, host: str, engine: str, cwd: str, name: str, brief: str, actor: str, parent_msg: str | None
+    ctx: Context,
+    spawn_id: str,
+    host: str,
+    engine: str,
+    cwd: str,
+    name: str,
+    brief: str,
+    actor: str,
+    parent_msg: str | None,
+    parent_session: dict[str, Any] | None = None,
 ) -> None:
     """Refuse, before anything starts, a brief the size limit would refuse once the session is up (it would be left
     running, unbriefed).  Counted as sessions_message counts it: the snapshot and the brief, in characters; the
@@ -142,7 +180,7 @@ def _brief_fits(
     recorded like a refused message (accepted + outcome, the text stored as its head) and as spawn_failed."""
     lim = ctx.fleet.limits
     known = {"name": name, "engine": engine, "cwd": cwd}
-    text = snapshot_text(host, known, actor, parent_msg, spawn_id) + brief
+    text = snapshot_text(host, known, actor, parent_msg, spawn_id, parent_session) + brief
     refusal = limits.check(lim, host, name, text, time.time(), [])
     if refusal is None:
         return
@@ -193,6 +231,7 @@ async def spawn_session(
     alone: bool = False,
     via: str = "auto",
     args: list[str] | None = None,
+    sender: Any = LOOK,
 ) -> dict[str, Any]:
     """Start `engine` in `cwd` on `host`, wait until it is ready, brief it (`alone`: refused, `shared_cwd`, when a
     live session works in that directory already, as the host resolves it).  Bad input, an unreachable host, an
@@ -219,14 +258,20 @@ async def spawn_session(
     cfg = ctx.route(host).config
     spec = template_for(ctx, engine)
     spawn_id = "spawn_" + uuid.uuid4().hex[:20]
-    parent = {"actor": actor, "msg": parent_msg}
+    parent: dict[str, Any] = {"actor": actor, "msg": parent_msg}
+    # Run from inside a session: that session is the parent, which the worker's `drover done` reports to.
+    me = await sender_session(ctx) if sender is LOOK else sender
+    parent_session: dict[str, Any] | None = None
+    if me is not None:
+        parent_session = {**me.record(), "pin": me.pin}
+        parent["session"] = parent_session
     # Write-ahead, as for a message: nothing starts that cannot be recorded (a full disk raises here).
     # The spawn's own engine arguments are part of what was asked for: recorded with it (only when there are some).
     more = {"args": extra} if extra else {}
     ctx.truth.append(
         _event("spawn_requested", spawn_id, host=host, engine=engine, cwd=cwd, name=name, actor=actor, parent=parent, **more)
     )
-    _brief_fits(ctx, spawn_id, host, engine, cwd, name, brief, actor, parent_msg)
+    _brief_fits(ctx, spawn_id, host, engine, cwd, name, brief, actor, parent_msg, parent_session)
     ready_s, bound = _bounds(ctx, host, spec.ready_timeout_s)
     request = {
         "engine": engine,
@@ -283,9 +328,10 @@ async def spawn_session(
     if result["state"] != "ready":
         return result  # at a dialog: drover never answers one, and a brief would only wait behind it (or answer it)
     # No blank line between them: Codex's composer ends at a blank line, so the guard would not see the whole paste.
-    text = snapshot_text(host, result, actor, parent_msg, spawn_id) + brief
+    text = snapshot_text(host, result, actor, parent_msg, spawn_id, parent_session) + brief
     # `via` as the caller asked (nudge --create-if-missing --via tmux): the host refuses a paste to a native lane.
-    sent = await sessions_message(ctx, MessageRequest(host=host, id=result["id"], text=text, actor=actor, via=via))
+    brief_req = MessageRequest(host=host, id=result["id"], text=text, actor=actor, via=via)
+    sent = await sessions_message(ctx, brief_req, sender=me)
     result["brief"] = sent.data
     outcome = sent.data or {}
     ctx.truth.append(

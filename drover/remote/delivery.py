@@ -149,6 +149,7 @@ def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         detail = "refused: %s is %s. %s; %s" % (session["id"], session["engine"], doubt, OWNER)
         return tmux_lane.refusal(P.LANE_UNKNOWN, detail, session)
     actor = args.get("actor") or "unknown"
+    sender = args.get("sender") or ""  # HOST:SESSION the client found the message was sent from (drover/self_session.py)
     mode, evidence = declared_class(session, args)
     # Not keystrokes on the inbox lane, but the receiver draws the text in a terminal: neutralised on every lane.
     body = neutralise(text)
@@ -163,14 +164,16 @@ def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
             raise _no_lane(session, "inbox", "only Claude Code sessions whose registry names an inbox socket have one")
         base = dict(evidence, session=public(session), declared_mode=mode)
         guard = lambda: human_busy(session, profiles)  # noqa: E731 - looked at right before the write
-        outcome = inbox.deliver(session, lambda reply: envelope(body, actor, mode, from_addr=reply), args, base, guard)
+        outcome = inbox.deliver(
+            session, lambda reply: envelope(body, actor, mode, from_addr=reply, sender=sender), args, base, guard
+        )
         return verified(session, _unusable(outcome), args)
     if lane == "queue" or (lane == "auto" and native == "queue"):
         if "queue" not in session["lanes"]:
             why = "drover knows no Codex thread for it (only Codex sessions whose app-server names their thread have one)"
             raise _no_lane(session, "queue", why)
         # The thread's refusals stand on `auto` too: a thread that would never run the message gets no paste instead.
-        payload = envelope(body, actor, mode, session=args.get("msg_id") or "")
+        payload = envelope(body, actor, mode, session=args.get("msg_id") or "", sender=sender)
         outcome = codex_queue.deliver(session, payload, args)
         if outcome.get("outcome") in (P.DELIVERED, P.QUEUED):
             outcome.update(evidence, enveloped=True, declared_mode=mode)
@@ -256,7 +259,9 @@ def _paste(
         status = lambda: (claude.record_now(rec) or {}).get("status")  # noqa: E731 - read at each look
     enveloped = _wants_envelope(pane, profiles)
     # drover's message id rides in the envelope (from-session), so the receiver's record can show it arrived.
-    payload = envelope(body, actor, mode, session=args.get("msg_id") or "") if enveloped else body
+    payload = (
+        envelope(body, actor, mode, session=args.get("msg_id") or "", sender=args.get("sender") or "") if enveloped else body
+    )
     if pane["engine"] == "shell":
         payload = payload.replace("\t", "\u2409")  # a Tab at a shell prompt completes file names: shown, not pressed
     # After Enter, with no input box on screen to say whether it let go of the text: the receiver's own record.

@@ -135,8 +135,44 @@ def sanitise_name(name: str) -> str:
     return "".join(kept).strip()[:64].strip()
 
 
-def envelope(body: str, actor: str, mode: str = "prompting", from_addr: str = "", session: str = "") -> str:
-    """The <cross-session-message> wrapping Claude Code's own sender writes, with a fixed attribute order."""
+NAME_MAX = 64  # what Claude Code keeps of a from-name
+ADDRESS = re.compile(r"[^A-Za-z0-9._%/:-]")
+SESSION_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+ACTOR_ROOM = 16  # what of the actor's name is worth shortening a session id for
+
+
+def actor_part(actor: str) -> str:
+    """The actor as from-name shows it, unable to imitate the sender's address after it.
+
+    The name reads `drover (ACTOR) @ HOST:SESSION`, and only drover writes the `) @ `: the actor is read as NFKC
+    reads it (a fullwidth `）` or `＠` is its ASCII self), loses every bracket and parenthesis (Unicode's open and
+    close punctuation, so no lookalike survives either), and an `@` in it keeps no space around it.  So `x) @ box:evil`
+    shows as `drover (x@box:evil)`: a name, not an address; `user@host` stays as it is."""
+    text = unicodedata.normalize("NFKC", actor)
+    text = "".join(ch for ch in text if unicodedata.category(ch) not in ("Ps", "Pe") and ch not in "()")
+    return re.sub(r"\s*@\s*", "@", text)
+
+
+def from_name(actor: str, sender: str = "") -> str:
+    """`drover (ACTOR)`, and ` @ HOST:SESSION` when the message was sent from inside a session: the address kept
+    whole (it is what the receiver answers to), the actor cut to leave it room within NAME_MAX."""
+    address = ADDRESS.sub("", sender)[: NAME_MAX - len("drover (x) @ ")]
+    shown = sanitise_name(actor_part(actor))
+    if not address:
+        return sanitise_name("drover (%s)" % shown)
+    room = NAME_MAX - len("drover () @ ") - len(address)
+    host, _, ident = address.partition(":")
+    if room < min(len(shown), ACTOR_ROOM) and SESSION_UUID.match(ident):
+        # A Claude session id leaves the actor a few letters: its first 8 characters name it as well (drover resolves
+        # an id by a unique prefix of 8+; an ambiguous one is an error listing both, never a wrong delivery).
+        address = "%s:%s" % (host, ident[:8])
+        room = NAME_MAX - len("drover () @ ") - len(address)
+    return "drover (%s) @ %s" % (shown[:room].strip(), address)
+
+
+def envelope(body: str, actor: str, mode: str = "prompting", from_addr: str = "", session: str = "", sender: str = "") -> str:
+    """The <cross-session-message> wrapping Claude Code's own sender writes, with a fixed attribute order.
+    `sender`: the HOST:SESSION the message was sent from, named in from-name so the receiver can answer."""
     if mode not in ("prompting", "bypass"):
         raise HelperError(BAD_REQUEST, "from-mode must be 'prompting' or 'bypass', not %r" % mode)
     attrs = []
@@ -144,6 +180,6 @@ def envelope(body: str, actor: str, mode: str = "prompting", from_addr: str = ""
         attrs.append('from="%s"' % from_addr)
     if session:
         attrs.append('from-session="%s"' % session)
-    attrs.append('from-name="%s"' % sanitise_name("drover (%s)" % actor))
+    attrs.append('from-name="%s"' % from_name(actor, sender))
     attrs.append('from-mode="%s"' % mode)
     return "<%s %s>\n%s\n</%s>" % (TAG, " ".join(attrs), escape_tags(body), TAG)
