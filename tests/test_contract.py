@@ -41,6 +41,7 @@ OPS = {
     "messages.verify": ["ids", "limit"],
     "messages.list": ["target", "host", "hosts", "actor", "outcome", "since", "pending", "limit", "text"],
     "nudge.run": ["dry_run", "entries", "lock_wait_s"],
+    "watch.run": ["hosts", "actor", "lock_wait_s"],
     "sessions.broadcast": ["text", "hosts", "tags", "engine", "name", "cwd", "all", "actor", "via"],
     "sessions.chain": ["host", "id"],
     "sessions.handoff": ["host", "id", "to", "to_host", "note", "actor"],

@@ -14,6 +14,7 @@ from drover.ops import (  # noqa: F401 - registration side effect
     send,
     sessions,
     spawn,
+    watch,
 )
 from drover.ops.core import REGISTRY, Context, Document, describe, run, run_async
 

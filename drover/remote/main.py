@@ -54,7 +54,11 @@ def op_list(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     sessions = discovery.discover(profiles, warnings)
     if args.get("state", True):
         sessions = [discovery.with_state(s, profiles) for s in sessions]
-    return {"sessions": [discovery.public(s) for s in sessions], "warnings": warnings}
+    rows = [discovery.public(s) for s in sessions]
+    if args.get("identities"):  # what a watch compares a spawned session by: never a name another may have taken
+        for row, s in zip(rows, sessions):
+            row["identity"] = discovery.identity(s)
+    return {"sessions": rows, "warnings": warnings}
 
 
 def op_status(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
@@ -160,6 +164,7 @@ OPS: Dict[str, Callable[[Dict[str, Any], Profiles], Any]] = {
     "attention": _in("attention", "sessions"),
     "wait_file": _in("files", "wait_file"),
     "spawn": _in("spawn", "spawn"),
+    "last_words": _in("gone", "last_words"),
 }
 
 
