@@ -121,6 +121,12 @@ class Defaults(_Strict):
     daemon_idle_s: Seconds = Field(
         600.0, gt=0, le=MAX_DURATION_S, description="seconds a daemon with nothing to do waits before exiting"
     )
+    watch_interval: Seconds = Field(
+        60.0,
+        ge=0,
+        le=MAX_DURATION_S,
+        description="how often a running daemon runs `drover watch run` between requests (0: off)",
+    )
 
 
 def place(value: str, what: str) -> str:

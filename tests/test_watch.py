@@ -306,3 +306,36 @@ def test_on_the_fleet_an_unreachable_host_is_never_taken_for_dead(sshfleet: SSHF
     [ev] = records(isolated, "exited")
     assert (ev["host"], ev["spawn"]) == ("h2", worker["spawn_id"])
     assert watch().stdout == "" and len(records(isolated, "exited")) == 1
+
+
+# -- the daemon's rounds -------------------------------------------------------------------------------------------
+
+
+def test_a_running_daemon_watches_every_watch_interval(tmux: Tmux, isolated: Path, monkeypatch: Any) -> None:
+    import shutil
+    import tempfile
+
+    from drover.daemon import client
+    from tests.conftest import drover_process
+
+    run = Path(tempfile.mkdtemp(prefix="drw-"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    monkeypatch.setenv("DROVER_DAEMON", "1")
+    monkeypatch.setenv("DROVER_DAEMON_IDLE_S", "120")
+    demo_fleet(isolated, monkeypatch, "[defaults]\nwatch_interval = 1\n")
+    parent = tmux.agent("overseer")
+    started = drover_process("daemon", "start")
+    assert started.code == 0 and "started: pid" in started.out, started
+    pid = int(started.out.split("started: pid ")[1].split(",")[0])
+    try:
+        worker = spawn(isolated, "daemon-watched")
+        with_parent(isolated, worker["spawn_id"], parent, "overseer")
+        kill_worker(worker)
+        # No `drover watch run`: the daemon's own round records it and tells the parent.
+        wait_for(lambda: records(isolated, "exited"), timeout=90, what="the daemon's watch round")
+        wait_for(lambda: notices_in(parent), timeout=90, what="the parent's notice")
+        stays(lambda: len(records(isolated, "exited")) == 1 and len(notices_in(parent)) == 1, 3.0, "once")
+        assert client.control(str(next((run / "drover").glob("*.sock"))), {"t": "status"}, timeout=5)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(run, ignore_errors=True)
