@@ -54,6 +54,7 @@ def _show(data: dict[str, Any]) -> None:
     for ev in data.get("exited") or []:
         s = ev.get("session") or {}
         status = "" if ev.get("exit_status") is None else f", exit status {ev['exit_status']}"
+        status += f", killed by signal {ev['exit_signal']}" if ev.get("exit_signal") else ""
         say.print(
             f"exited: {ev.get('host')}:{s.get('name') or s.get('id')} ({s.get('engine')}, spawn {ev.get('spawn')}), "
             f"last seen {ev.get('last_seen')}{status}",

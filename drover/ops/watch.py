@@ -157,9 +157,16 @@ async def _evidence(ctx: Context, row: dict[str, Any], seen: dict[str, float], s
     except DroverError as exc:
         out["why"] = [f"its host could not say more: {exc.message}"]
         return out
-    out.update(tail=words.get("tail"), exit_status=words.get("exit_status"), transcript=words.get("transcript"))
+    out.update(tail=words.get("tail"), exit_status=words.get("exit_status"), exit_signal=words.get("exit_signal"))
+    out["transcript"] = words.get("transcript")
     out["why"] = words.get("why") or []
     return out
+
+
+def _how_it_ended(ev: dict[str, Any]) -> str:
+    if ev.get("exit_signal"):
+        return f"killed by signal {ev['exit_signal']}"
+    return "exit status unknown" if ev.get("exit_status") is None else f"exit status {ev['exit_status']}"
 
 
 def _notice_text(ev: dict[str, Any]) -> str:
@@ -167,8 +174,7 @@ def _notice_text(ev: dict[str, Any]) -> str:
     lines = [
         f"drover watch: {s.get('name') or s.get('id')} ({s.get('engine')}) on {ev.get('host')}, which you spawned "
         f"(spawn {ev.get('spawn')}), exited without `drover done`.",
-        f"last seen {ev.get('last_seen')} ({ev.get('last_seen_source')}); exit status "
-        + ("unknown" if ev.get("exit_status") is None else str(ev["exit_status"])),
+        f"last seen {ev.get('last_seen')} ({ev.get('last_seen_source')}); {_how_it_ended(ev)}",
     ]
     if ev.get("tail"):
         lines.append("its last lines:")
@@ -302,7 +308,7 @@ async def watch_once(ctx: Context, req: WatchRequest) -> Result:
         seen.pop(sid, None)
         if wrote:
             data["exited"].append(
-                {k: stood.get(k) for k in ("id", "host", "session", "spawn", "last_seen", "exit_status", "tail")}
+                {k: stood.get(k) for k in ("id", "host", "session", "spawn", "last_seen", "exit_status", "exit_signal", "tail")}
             )
             if stood.get("event") == "exited" and isinstance(stood.get("notify"), dict):
                 terminal.append(stood)

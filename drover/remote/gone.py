@@ -30,13 +30,12 @@ def _pane(server: str, pane: str, pid: Any) -> Optional[Dict[str, Any]]:
     if not server or not pane.startswith("%") or not os.path.exists(socket):
         return None
     try:
-        flags = tmux.tmux(
-            socket, ["display-message", "-p", "-t", pane, "#{pane_dead}|#{pane_dead_status}|#{pane_pid}"], timeout=5
-        )
+        fmt = "#{pane_dead}|#{pane_dead_status}|#{pane_pid}|#{pane_dead_signal}"
+        flags = tmux.tmux(socket, ["display-message", "-p", "-t", pane, fmt], timeout=5)
     except HelperError:
         return None
-    parts = flags.strip().split("|")
-    if len(parts) != 3 or parts[0] != "1":
+    parts = (flags.strip().split("|") + [""])[:4]  # pane_dead_signal: tmux 3.3 and later (else empty)
+    if parts[0] != "1":
         return None  # gone, or a live pane: the listing's word on liveness stands, not this one
     if pid not in (None, "") and parts[2] and parts[2] != str(pid):
         return None  # a newer pane that took the id on a restarted server: not this session's screen
@@ -46,7 +45,8 @@ def _pane(server: str, pane: str, pid: Any) -> Optional[Dict[str, Any]]:
         screen = ""
     lines = [line for line in lines_of(screen) if line.strip()][-TAIL:]
     status = int(parts[1]) if parts[1].lstrip("-").isdigit() else None
-    return {"tail": lines, "exit_status": status}
+    signal = int(parts[3]) if parts[3].isdigit() else None  # killed: no status, the signal (9 for kill -9)
+    return {"tail": lines, "exit_status": status, "exit_signal": signal}
 
 
 def _log_of(command: List[str]) -> Optional[str]:
@@ -73,9 +73,10 @@ def _transcript(engine: str, session_id: str, command: List[str]) -> Any:
 
 
 def last_words(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
-    """{"tail": [lines] | None, "exit_status": int | None, "transcript": [events] | None, "why": [reasons]}."""
+    """{"tail": [lines] | None, "exit_status": int | None, "exit_signal": int | None, "transcript": [events] | None,
+    "why": [reasons]}."""
     why = []  # type: List[str]
-    out = {"tail": None, "exit_status": None, "transcript": None, "why": why}  # type: Dict[str, Any]
+    out = {"tail": None, "exit_status": None, "exit_signal": None, "transcript": None, "why": why}  # type: Dict[str, Any]
     dead = _pane(str(args.get("server") or ""), str(args.get("pane") or ""), args.get("pid"))
     if dead is not None:
         out.update(dead)
