@@ -302,9 +302,13 @@ def test_a_message_queued_to_a_killed_real_claude_is_resolved(claude_lab: Any) -
 # -- on the SSH fleet ----------------------------------------------------------------------------------------------
 
 
-def test_on_the_fleet_an_unreachable_host_is_never_taken_for_dead(sshfleet: SSHFleet, isolated: Path, monkeypatch: Any) -> None:
+def test_on_the_fleet_an_unreachable_host_is_never_taken_for_dead(
+    sshfleet: SSHFleet, tmux: Tmux, isolated: Path, monkeypatch: Any
+) -> None:
     path = demo_fleet(isolated, monkeypatch, sshfleet.fleet_toml(), prefix=f"env PYTHONPATH={ROOT} ")
+    parent = tmux.agent("local-lead")  # the spawner here, its worker on h2
     worker = spawn(isolated, "far-1", host="h2", cwd="~")
+    with_parent(isolated, worker["spawn_id"], parent, "local-lead")
     good = path.read_text(encoding="utf-8")
     sshfleet.tmux("h2", "kill-server")  # the worker dies with its window (and its whole tmux server)
     # h2 unreachable: its port now points where nothing listens.
@@ -320,6 +324,9 @@ def test_on_the_fleet_an_unreachable_host_is_never_taken_for_dead(sshfleet: SSHF
     assert back.returncode == 0, back.stderr
     [ev] = records(isolated, "exited")
     assert (ev["host"], ev["spawn"]) == ("h2", worker["spawn_id"])
+    got = wait_for(lambda: notices_in(parent), what="the local parent told of its worker on h2")
+    assert "far-1 (demo) on h2" in got[0]
+    assert notices_in(parent) == got  # nothing was said while h2 could not be asked
     assert watch().stdout == "" and len(records(isolated, "exited")) == 1
 
 

@@ -94,6 +94,36 @@ def _watched(spawns: list[dict[str, Any]], requested: dict[str, float], terminal
     return out
 
 
+# -- live or gone -----------------------------------------------------------------------------------------------
+# By identity.  A Claude session is also live while its process or its pane runs Claude: its identity comes from
+# its registry record, and a listing taken while Claude rewrites that file shows the pane alone -- a live worker
+# must never be reported dead (the cost of the doubt is one more run before its death is told).
+
+
+def _live_keys(s: dict[str, Any]) -> set[str]:
+    keys = {str(s["identity"])} if s.get("identity") else set()
+    if s.get("engine") == "claude":
+        pane = s.get("pane") or (s["id"] if str(s.get("id") or "").startswith("%") else None)
+        if pane and s.get("server"):
+            keys.add(f"pane:{s['server']}/{pane}")
+        if s.get("engine_pid"):
+            keys.add(f"pid:{s['engine_pid']}")
+    return keys
+
+
+def _spawn_live(row: dict[str, Any], live: set[str]) -> bool:
+    if row["identity"] in live:
+        return True
+    return str(row["identity"]).startswith("claude:") and f"pane:{row.get('server')}/{row.get('pane')}" in live
+
+
+def _message_live(identity: str, session: dict[str, Any] | None, live: set[str]) -> bool:
+    if identity in live:
+        return True
+    pid = (session or {}).get("pid")
+    return identity.startswith("claude:") and bool(pid) and f"pid:{pid}" in live
+
+
 # -- sightings --------------------------------------------------------------------------------------------------
 
 
@@ -270,13 +300,13 @@ async def watch_once(ctx: Context, req: WatchRequest) -> Result:
                 }
             )
             continue
-        live[host] = {s["identity"] for s in answer.get("sessions", []) if s.get("identity") and not s.get("dead")}
+        live[host] = {key for s in answer.get("sessions", []) if not s.get("dead") for key in _live_keys(s)}
     seen = _load_seen(ctx)
     for row in watched:
         host, sid = str(row["host"]), row["spawn_id"]
         if host not in live:
             continue
-        if row["identity"] in live[host]:
+        if _spawn_live(row, live[host]):
             seen[sid] = now
             continue
         evidence = await _evidence(ctx, row, seen, requested.get(sid, now))
@@ -323,7 +353,7 @@ async def watch_once(ctx: Context, req: WatchRequest) -> Result:
         if told is not None:
             data["notices"].append(told)
     for m in stuck:
-        if m.host not in live or m.options["identity"] in live[m.host]:
+        if m.host not in live or _message_live(m.options["identity"], m.session, live[m.host]):
             continue
         done = exited.resolve_gone(ctx, m, f"{m.host}:{m.target} exited ({m.options['identity']} is no longer live)")
         if done is not None:
