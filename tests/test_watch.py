@@ -383,3 +383,23 @@ def test_a_parent_whose_place_another_session_took_is_not_told(tmux: Tmux, isola
     assert "is another session now" in res.err, res.err
     assert len(records(isolated, "exited")) == 1
     stays(lambda: stranger.messages() == [], 1.0, "nothing to the stranger")
+
+
+def test_a_notice_that_cannot_go_is_tried_a_bounded_number_of_times(tmux: Tmux, isolated: Path, monkeypatch: Any) -> None:
+    from drover.ops.watch import NOTICE_ATTEMPTS
+
+    demo_fleet(isolated, monkeypatch)
+    parent = tmux.agent("gone-lead")
+    worker = spawn(isolated, "left-alone")
+    with_parent(isolated, worker["spawn_id"], parent, "gone-lead")
+    parent.tmux("kill-window", "-t", parent.id, check=False)  # the parent is gone too, and handed nothing over
+    kill_worker(worker)
+    for _ in range(NOTICE_ATTEMPTS + 2):
+        assert watch().returncode == 0
+    notices = [m for m in records(isolated, "accepted") if (m.get("options") or {}).get("watch_notice")]
+    assert len(notices) == NOTICE_ATTEMPTS, notices
+    fates = {o["id"]: o for o in records(isolated, "outcome")}
+    assert all(fates[n["id"]]["outcome"] == "failed" for n in notices)
+    assert len(records(isolated, "exited")) == 1
+    last = watch()
+    assert (last.returncode, last.stdout, last.stderr) == (0, "", "")  # given up: quiet again
