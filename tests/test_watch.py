@@ -403,3 +403,22 @@ def test_a_notice_that_cannot_go_is_tried_a_bounded_number_of_times(tmux: Tmux, 
     assert len(records(isolated, "exited")) == 1
     last = watch()
     assert (last.returncode, last.stdout, last.stderr) == (0, "", "")  # given up: quiet again
+
+
+def test_a_host_taken_out_of_the_fleet_is_neither_dead_nor_an_error_every_minute(
+    tmux: Tmux, isolated: Path, monkeypatch: Any
+) -> None:
+    demo_fleet(isolated, monkeypatch)
+    worker = spawn(isolated, "retiree")
+    path = truth(isolated)
+    moved = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    for ev in moved:
+        if ev.get("id") == worker["spawn_id"]:
+            ev["host"] = "retired"  # as if it ran on a host the fleet file no longer names
+    path.write_text("".join(json.dumps(ev, separators=(",", ":")) + "\n" for ev in moved), encoding="utf-8")
+    kill_worker(worker)
+    quiet = watch()
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", ""), quiet.stderr
+    res = watch("--json")
+    assert json.loads(res.stdout)["data"]["not_in_fleet"] == ["retired"]
+    assert records(isolated, "exited") == []

@@ -37,7 +37,7 @@ def watch_run(
     exit status where known), and its parent session, when the spawn names one, gets a message saying so. A
     message still queued to a session that died is resolved: failed, session_exited (`drover retry ID` offers it
     to a handoff successor). A host that does not answer is never taken for dead: nothing is recorded about it,
-    and the run says so (exit 5, or 1 when some hosts answered). Prints nothing when there is nothing to say."""
+    and the run says so (exit 5, or 8 when some hosts answered). Prints nothing when there is nothing to say."""
     common(fleet, actor, debug, timeout)
     doc = run("watch.run", {"hosts": host or None, "lock_wait_s": wait, "actor": actor})
     if as_json:
