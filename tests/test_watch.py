@@ -422,3 +422,27 @@ def test_a_host_taken_out_of_the_fleet_is_neither_dead_nor_an_error_every_minute
     res = watch("--json")
     assert json.loads(res.stdout)["data"]["not_in_fleet"] == ["retired"]
     assert records(isolated, "exited") == []
+
+
+def test_a_notice_cut_off_to_a_parent_that_then_died_is_resolved_then_let_be(
+    tmux: Tmux, isolated: Path, monkeypatch: Any
+) -> None:
+    demo_fleet(isolated, monkeypatch)
+    parent = tmux.agent("short-lived")
+    worker = spawn(isolated, "outlived")
+    with_parent(isolated, worker["spawn_id"], parent, "short-lived")
+    kill_worker(worker)
+    assert watch(env={"DROVER_FAULT": "after_accept"}).returncode == -signal.SIGKILL
+    [notice] = [m for m in records(isolated, "accepted") if (m.get("options") or {}).get("watch_notice")]
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.tmux("kill-window", "-t", parent.id, check=False)
+
+    def resolved() -> bool:
+        res = watch("--json")
+        assert res.returncode == 0, res.stderr  # a notice whose parent is gone never breaks the run
+        return any(o["id"] == notice["id"] and o.get("code") == "session_exited" for o in records(isolated, "outcome"))
+
+    wait_for(resolved, timeout=120, what="the cut-off notice resolved")
+    quiet = watch()
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", ""), quiet.stderr
+    assert len([m for m in records(isolated, "accepted") if (m.get("options") or {}).get("watch_notice")]) == 1

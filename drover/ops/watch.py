@@ -227,8 +227,14 @@ async def _notify(ctx: Context, ev: dict[str, Any], notices: list[str], actor: s
     if any(m.outcome in exited.SENT or m.verified for m in sent):
         return None  # told already
     last = sent[-1] if sent else None
+    if last is not None and last.code == P.SESSION_EXITED:
+        return None  # the parent died with the notice in it: the exited event stands for `drover events`
     if last is not None and (last.outcome is None or last.indeterminate or last.pasted):
-        res = await messages_retry(ctx, RetryRequest(id=last.id))  # cut off mid-send: finished, never twice
+        try:
+            res = await messages_retry(ctx, RetryRequest(id=last.id))  # cut off mid-send: finished, never twice
+        except DroverError as exc:
+            row.update(id=last.id, outcome=P.FAILED, detail=exc.message, finished=True)
+            return row
         row.update(id=last.id, outcome=(res.data or {}).get("outcome"), detail=(res.data or {}).get("detail"), finished=True)
         return row
     if len(sent) >= NOTICE_ATTEMPTS:
