@@ -446,3 +446,26 @@ def test_a_notice_cut_off_to_a_parent_that_then_died_is_resolved_then_let_be(
     quiet = watch()
     assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", ""), quiet.stderr
     assert len([m for m in records(isolated, "accepted") if (m.get("options") or {}).get("watch_notice")]) == 1
+
+
+def test_a_spawned_real_claude_killed_is_recorded_exited_by_its_session_id(
+    claude_lab: Any, isolated: Path, monkeypatch: Any
+) -> None:
+    fleet = isolated / "fleet.toml"
+    fleet.write_text(f'[spawn.claude]\ncommand = "sh {claude_lab.launcher()} {{name}}"\nready_timeout_s = 60\n')
+    monkeypatch.setenv("DROVER_FLEET", str(fleet))
+    cwd = claude_lab.root / "w9"  # trusted in the lab's ~/.claude.json
+    cwd.mkdir(exist_ok=True)
+    request = {"engine": "claude", "cwd": str(cwd), "name": "claude-worker", "brief": "review the schema change"}
+    data = drover.run("sessions.spawn", request, actor="coord").data
+    assert data["state"] == "ready" and data["identity"] == f"claude:{data['id']}", data
+    live = watch("--json")
+    assert live.returncode == 0 and json.loads(live.stdout)["data"]["exited"] == [], live.stdout
+    pid = drover.run("sessions.status", {"id": data["id"]}).data["session"]["pid"]
+    os.kill(int(pid), signal.SIGKILL)
+    wait_for(lambda: watch().returncode == 0 and records(isolated, "exited"), timeout=120, what="the exited event")
+    [ev] = records(isolated, "exited")
+    assert ev["session"]["identity"] == data["identity"] and ev["spawn"] == data["spawn_id"]
+    assert ev["last_seen_source"] == "watch"
+    # Its last words from its own transcript, found by its session id after it died: the brief it was given.
+    assert any("review the schema change" in str(e.get("text")) for e in ev["transcript"]), ev
