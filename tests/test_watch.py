@@ -91,6 +91,15 @@ def watch(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
     )
 
 
+def demo_named(proc: Path, name: str) -> bool:
+    """Is this process a demo agent named `name`?"""
+    try:
+        argv = (proc / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return argv[1:3] == [b"-m", b"drover.demo_agent"] and name.encode() in argv
+
+
 def notices_in(pane: Pane) -> list[str]:
     return [m for m in pane.messages() if "exited without `drover done`" in m]
 
@@ -310,7 +319,10 @@ def test_on_the_fleet_an_unreachable_host_is_never_taken_for_dead(
     worker = spawn(isolated, "far-1", host="h2", cwd="~")
     with_parent(isolated, worker["spawn_id"], parent, "local-lead")
     good = path.read_text(encoding="utf-8")
-    sshfleet.tmux("h2", "kill-server")  # the worker dies with its window (and its whole tmux server)
+    # kill -9 the worker's program on h2 (the fleet's hosts are users of this machine), then its window.
+    [pid] = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and demo_named(p, "far-1")]
+    os.kill(int(pid), signal.SIGKILL)
+    sshfleet.tmux("h2", "kill-window", "-t", worker["pane"])
     # h2 unreachable: its port now points where nothing listens.
     bad = good.replace('[hosts.h2]\nssh = "h2"\n', f'[hosts.h2]\nssh = "h2"\nport = {free_port()}\n')
     assert bad != good, good
