@@ -19,7 +19,9 @@ app.add_typer(watch_app, name="watch")
 
 @watch_app.command("run", epilog=examples("drover watch run", "drover watch run --json", "* * * * * drover watch run  # crontab"))
 def watch_run(
-    host: Annotated[list[str] | None, typer.Option("--host", "-H", help="only sessions on this host (repeatable)")] = None,
+    host: Annotated[
+        list[str] | None, typer.Option("--host", "-H", metavar="HOST", help="only sessions on this host (repeatable)")
+    ] = None,
     wait: Annotated[
         float,
         typer.Option(
