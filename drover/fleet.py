@@ -127,6 +127,12 @@ class Defaults(_Strict):
     stall_after: Seconds = Field(
         600.0, gt=0, le=MAX_DURATION_S, description="a session working with no progress evidence this long is stalled"
     )
+    watch_interval: Seconds = Field(
+        60.0,
+        ge=0,
+        le=MAX_DURATION_S,
+        description="how often a running daemon runs `drover watch run` between requests (0: off)",
+    )
 
 
 def place(value: str, what: str) -> str:

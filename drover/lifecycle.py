@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,12 +74,20 @@ def record(truth: TruthFile, ev: dict[str, Any]) -> dict[str, Any]:
     return ev
 
 
-def record_once(truth: TruthFile, ev: dict[str, Any], key: str, since_ts: float | None = None) -> tuple[dict[str, Any], bool]:
+def record_once(
+    truth: TruthFile,
+    ev: dict[str, Any],
+    key: str,
+    since_ts: float | None = None,
+    stands: Callable[[dict[str, Any]], bool] | None = None,
+    needles: tuple[bytes, ...] = (),
+) -> tuple[dict[str, Any], bool]:
     """Write `ev` with `once` = key unless an event with that key is already in the record: (the event that
     stands, whether it was written now).  The look and the write are one hold of the exclusive lock.
 
     `since_ts`: no event with this key can be older (the spawn it is about was requested then), so the look stops
-    there instead of reading the whole record."""
+    there instead of reading the whole record.  `stands`: another event that makes this one moot (a `done` about
+    the session an `exited` would report), looked for in the same hold, among the lines holding one of `needles`."""
     ev = {**ev, "once": key}
     needle = key.encode("utf-8", "surrogatepass")
     cutoff = None if since_ts is None else since_ts - ORDER_SLACK_S
@@ -87,11 +95,13 @@ def record_once(truth: TruthFile, ev: dict[str, Any], key: str, since_ts: float 
     def skip(raw: bytes) -> bool:
         # Lines without the key are passed over unparsed; with a time bound, accepted lines are parsed too, for
         # their time (they carry the sender's clock in file order, so the first one older than the bound ends it).
-        return needle not in raw and (cutoff is None or not raw.startswith(ACCEPTED_PREFIX))
+        if needle in raw or any(n in raw for n in needles):
+            return False
+        return cutoff is None or not raw.startswith(ACCEPTED_PREFIX)
 
     with truth.locked() as fd:
         for old in truth.backward(fd=fd, skip=skip):
-            if old.get("once") == key:
+            if old.get("once") == key or (stands is not None and stands(old)):
                 return old, False
             if cutoff is not None and old["event"] == "accepted" and old["ts"] < cutoff:
                 break

@@ -42,6 +42,7 @@ OPS = {
     "messages.verify": ["ids", "limit"],
     "messages.list": ["target", "host", "hosts", "actor", "outcome", "since", "pending", "limit", "text"],
     "nudge.run": ["dry_run", "entries", "lock_wait_s"],
+    "watch.run": ["hosts", "actor", "lock_wait_s"],
     "sessions.broadcast": ["text", "hosts", "tags", "engine", "name", "cwd", "all", "actor", "via"],
     "sessions.done": ["summary", "evidence", "failed", "to", "session", "actor"],
     "sessions.chain": ["host", "id"],

@@ -15,6 +15,7 @@ from drover.cli import (  # noqa: F401 - importing a command module registers it
     handoff_cmds,
     nudge_cmds,
     spawn_cmds,
+    watch_cmds,
 )
 from drover.cli.program import main
 

@@ -111,6 +111,8 @@ class Daemon:
 
         self._fleet_path = str(find_path(None)[0])  # the daemon's own: `daemon = false` there stops it
         self._fleets: dict[str, tuple[tuple[int, int, int] | None, bool]] = {}
+        self.watched = time.monotonic()  # the first watch round comes one interval after the start
+        self.watching: asyncio.Future[None] | None = None
 
     def context_maker(self, request: Request) -> Callable[..., Any]:
         if self._context_class is None:
@@ -144,6 +146,8 @@ class Daemon:
         server.close()
         self._unlink()
         watcher.cancel()
+        if self.watching is not None and not self.watching.done():
+            await asyncio.wait([self.watching], timeout=30)  # its records are written under locks: let it end
         # Requests already running finish (each within its own timeouts) before the connections close.
         while self.active:
             await asyncio.sleep(0.05)
@@ -161,9 +165,12 @@ class Daemon:
             self.stopping.set()
 
     async def watch(self) -> None:
-        """Idle exit, and stepping aside when the socket was removed or replaced."""
+        """Idle exit, and stepping aside when the socket was removed or replaced; between requests, the fleet's
+        `watch_interval` runs `drover watch run` (drover/ops/watch.py) while the daemon lives."""
         while True:
             await asyncio.sleep(max(0.05, min(self.idle_s / 4, 5.0)))
+            if not self.active and (self.watching is None or self.watching.done()) and self._watch_due():
+                self.watching = asyncio.ensure_future(self.watch_round())
             if not self.active and time.monotonic() - self.last >= self.idle_s:
                 print(f"idle for {self.idle_s:g}s: exiting", flush=True)
                 self.stop()
@@ -175,6 +182,37 @@ class Daemon:
                 print("the socket was removed or replaced: exiting", flush=True)
                 self.stop()
                 return
+
+    def _watch_due(self) -> bool:
+        interval = self._watch_interval()
+        return interval > 0 and time.monotonic() - self.watched >= interval
+
+    def _watch_interval(self) -> float:
+        try:
+            from drover.fleet import load
+
+            return float(load(None)[0].defaults.watch_interval)
+        except Exception:  # noqa: BLE001 - an invalid fleet file is each request's problem, not the daemon's
+            return 0.0
+
+    async def watch_round(self) -> None:
+        """One `watch.run` of the daemon's own, on direct connections closed after it: it never counts as use
+        (the idle exit stands), never waits for a cron run's lock (the next round comes soon), never raises."""
+        from drover.ops.core import Context, run_async
+
+        self.watched = time.monotonic()
+        ctx = Context()
+        try:
+            doc = await run_async(ctx, "watch.run", {"lock_wait_s": 0})
+            data = doc.data or {}
+            if data.get("exited") or data.get("resolved") or data.get("notices") or doc.errors:
+                said = {k: len(data.get(k) or []) for k in ("exited", "notices", "resolved")}
+                print(f"watch round: {said}, errors: {[e.get('message') for e in doc.errors]}", flush=True)
+        except Exception as exc:  # noqa: BLE001 - a bug in a round must not end the daemon's service
+            print(f"watch round failed: {type(exc).__name__}: {exc}", flush=True)
+        finally:
+            await ctx.close()
+            self.watched = time.monotonic()
 
     async def client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")

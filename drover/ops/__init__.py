@@ -17,6 +17,7 @@ from drover.ops import (  # noqa: F401 - registration side effect
     sessions,
     spawn,
     wait_many,
+    watch,
 )
 from drover.ops.core import REGISTRY, Context, Document, describe, run, run_async
 

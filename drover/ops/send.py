@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import os
 import time
 import uuid
 from typing import Any, Literal
@@ -20,6 +22,7 @@ from pydantic import Field
 from drover import limits
 from drover.errors import DroverError, EmptyText, ExitCode, TargetError, TruthFileError
 from drover.fleet import LOCAL
+from drover.ops import exited
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host
 from drover.ops.outcome import Outcome
@@ -291,7 +294,9 @@ async def messages_verify(ctx: Context, req: VerifyRequest) -> Result:
         todo = [
             m
             for m in recent
-            if (m.outcome in (P.DELIVERED, P.QUEUED) and not m.verified) or (m.outcome == P.FAILED and m.indeterminate)
+            if (m.outcome in (P.DELIVERED, P.QUEUED) and not m.verified)
+            # A message resolved as session_exited has no receiver left to look in: `retry` is its way on.
+            or (m.outcome == P.FAILED and m.indeterminate and m.code != P.SESSION_EXITED)
         ][-req.limit :]
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
@@ -328,6 +333,9 @@ def _not_now(m: Message, code: str, detail: str, lane: str | None = None, target
 async def messages_retry(ctx: Context, req: RetryRequest) -> Result:
     m = _one(ctx, req.id)
     base = {"host": m.host, "target": m.target, "actor": m.actor, "retry": True}
+    if m.outcome == P.FAILED and m.code == P.SESSION_EXITED:
+        # Its session died with it queued (drover watch run): never to that session again; to its successor, once.
+        return await offer_to_successor(ctx, m, base)
     with ctx.truth.working_on(m.id, exclusive=True) as mine:
         if not mine:
             busy = "the message is being sent right now (or retried): look again when that has finished"
@@ -399,3 +407,67 @@ def _settled(seen: dict[str, Any], m: Message) -> bool:
         return False
     since = seen.get("status_since")
     return not isinstance(since, (int, float)) or time.time() - since / 1000.0 > 2.0
+
+
+# -- a message whose session died with it (drover/ops/exited.py): offered to the successor, once --------------
+
+
+def _offered_as(ctx: Context, m: Message) -> Message | None:
+    """The message that already stands for `m` at its successor, if any (read back to `m`'s own time)."""
+    for ev in reversed(ctx.truth.recent(m.ts)):
+        if ev["event"] == "accepted" and (ev.get("options") or {}).get(exited.OFFERED) == m.id:
+            hits, _count, _stats = ctx.truth.find(ev["id"])
+            return hits[0] if hits else None
+    return None
+
+
+async def offer_to_successor(ctx: Context, m: Message, base: dict[str, Any]) -> Result:
+    """`drover retry` of a message resolved as session_exited: the successor gets it once, or a clear refusal.
+    Nothing else changes such a message (its outcome is final), so it needs no hold of its own slot."""
+
+    # One offer at a time, across processes: the look for an earlier offer and the send are one hold.  A lock of
+    # its own, not the message's slot: the offer's own send takes its new message's slot, which may be that one.
+    fd = ctx.truth.open_lock("offer.lock")
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            busy = "another retry is offering a message to a successor right now: look again when it has finished"
+            return _result(ctx, m.id, base, _not_now(m, P.BUSY, busy), m.host, record=False)
+        return await _offer(ctx, m, base)
+    finally:
+        os.close(fd)
+
+
+async def _offer(ctx: Context, m: Message, base: dict[str, Any]) -> Result:
+    from drover.ops.handoff import follow
+
+    where = f"{m.host}:{m.target}"
+    done = _offered_as(ctx, m)
+    if done is not None:
+        got = Outcome.of({"outcome": done.outcome or P.FAILED, "lane": done.lane, "code": done.code})
+        got.detail = f"already offered to its successor as {done.id} ({done.outcome or 'pending'}): not sent again"
+        answer = _result(ctx, m.id, base, got, m.host, record=False)
+        answer.data["offered_as"] = done.id
+        return answer
+    try:
+        hop = await follow(ctx, m.host, m.target)
+    except DroverError as exc:
+        if exc.code != P.HANDOFF_BROKEN:
+            raise  # a host that cannot be asked: said so, nothing decided
+        why = (
+            f"{m.id} was for {where}, which exited before it arrived, and no session of its handoff chain is live: {exc.message}"
+        )
+        return _result(ctx, m.id, base, _not_now(m, P.SESSION_EXITED, why, target_error=True), m.host, record=False)
+    if hop is None or not hop[3]:
+        why = (
+            f"{m.id} was for {where}, which exited before it could arrive (session_exited); no successor is "
+            f"recorded: `drover handoff {where} HOST:NEW` names one, then `drover retry {m.id}` offers it there"
+        )
+        return _result(ctx, m.id, base, _not_now(m, P.SESSION_EXITED, why, target_error=True), m.host, record=False)
+    generation, resolved, _chain, _redirected = hop
+    req = MessageRequest(host=generation.host, id=resolved["pin"], text=m.text, actor=m.actor, via="auto")
+    sent = await sessions_message(ctx, req, tags={exited.OFFERED: m.id})
+    data = dict(sent.data or {})
+    data.update(offered_from=m.id, retry=True, redirected_from=where)
+    return Result(data, sent.errors, sent.exit_code)

@@ -178,6 +178,7 @@ OPS: Dict[str, Callable[[Dict[str, Any], Profiles], Any]] = {
     "attention": _in("attention", "sessions"),
     "wait_file": _in("files", "wait_file"),
     "spawn": _in("spawn", "spawn"),
+    "last_words": _in("gone", "last_words"),
 }
 
 
