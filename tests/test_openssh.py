@@ -95,6 +95,8 @@ def _stable(doc: Any) -> Any:
     """An op's data without what differs from one run to the next (timings, ids, clocks)."""
     volatile = {"rtt_ms", "connect_ms", "at", "id", "msg_id", "seconds", "took_ms", "waited_s", "ts", "sent_at", "created"}
     volatile |= {"since", "screen", "tail", "lines", "last_lines"}
+    # What the session did last moves between the two rounds (the first round's send is its newest entry).
+    volatile |= {"last_progress", "progress", "evidence"}
     if isinstance(doc, dict):
         return {k: _stable(v) for k, v in doc.items() if k not in volatile and k not in MASTER_KEYS}
     if isinstance(doc, list):
