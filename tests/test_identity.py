@@ -108,7 +108,9 @@ def test_two_live_processes_of_one_session_keep_a_record_each(
         record = {"pid": pid, "sessionId": "0e0e0e0e-1111-2222-3333-444455556666", "procStart": procs.proc_start(pid)}
         (sessions / f"{pid}.json").write_text(json.dumps({**record, "messagingSocketPath": f"/tmp/s-{pid}.sock"}))
     live, _stale = claude.records([])
-    assert sorted(r["pid"] for r in live) == sorted(pids)
+    # Other Claude sessions on the machine (another suite's, a person's) are found too: only this one's are asked of.
+    mine = [r for r in live if r.get("sessionId") == "0e0e0e0e-1111-2222-3333-444455556666"]
+    assert sorted(r["pid"] for r in mine) == sorted(pids)
 
 
 def test_the_native_installers_claude_is_known_by_its_path_and_gets_no_paste_without_its_record(

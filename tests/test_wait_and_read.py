@@ -127,6 +127,8 @@ def test_claude_registry_damage_is_tolerated(tmux: Tmux, isolated: Path, cli: An
     human = cli("ls")
     assert "warning: local: skipped Claude session record" in human.err
     check = cli("fleet", "check", "--json").json()["data"]["hosts"][0]
-    assert [s["id"] for s in check["stale_claude_sessions"]] == ["dead-beef"]
+    # Another suite's Claude sessions on the machine may leave stale records of their own: this test's is the one asked of.
+    stale = [s["id"] for s in check["stale_claude_sessions"]]
+    assert stale.count("dead-beef") == 1 and not {"111", "222", "333"} & set(stale), stale
     res = cli("send", "dead-beef", "hello?")
     assert res.code == 6
