@@ -89,20 +89,6 @@ def claimed(environ: dict[str, str] | None = None) -> bool:
     return any(env.get(k) for k in CLAIMS)
 
 
-def _env_of(pid: int) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return {}
-    out = {}
-    for item in raw.split(b"\0"):
-        k, sep, v = item.partition(b"=")
-        if sep:
-            out[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
-    return out
-
-
 def _pin(s: dict[str, Any]) -> str:
     """What resolves to exactly this session (as discovery.pin): a Claude session's id, else server/%pane."""
     if s.get("engine") == "claude" and not str(s.get("id", "")).startswith("%"):
@@ -111,7 +97,7 @@ def _pin(s: dict[str, Any]) -> str:
 
 
 def _codex_home(s: dict[str, Any]) -> str:
-    env = _env_of(int(s.get("engine_pid") or 0))
+    env = procs.process_env(int(s.get("engine_pid") or 0))
     return env.get("CODEX_HOME") or os.path.join(env.get("HOME", ""), ".codex")
 
 
@@ -162,7 +148,7 @@ async def find(ctx: Any, environ: dict[str, str] | None = None) -> tuple[SelfSes
     pid = caller_pid(ctx)
     if pid is None:
         return None, "drover's daemon ran this command and cannot tell which process asked"
-    env = dict(os.environ if environ is None else environ) if pid == os.getpid() else _env_of(pid)
+    env = dict(os.environ if environ is None else environ) if pid == os.getpid() else procs.process_env(pid)
     if not claimed(env):
         return None, "nothing in this process's environment says it runs in a session (no $TMUX, $CLAUDECODE, ...)"
     from drover.ops.hosts import call_host

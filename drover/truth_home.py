@@ -207,8 +207,16 @@ class SafeHome:
         a retry takes it exclusively and without waiting (yields False when it cannot), so a retry never races the
         send it finishes, or another retry.  256 lock files, one per slot of the id's hash: two messages that share
         a slot only make a retry wait for the other's send to end."""
-        slot = int(hashlib.sha256(msg_id.encode()).hexdigest()[:4], 16) % 256
-        fd = self.open_lock(f"slot-{slot:03d}.lock")
+        with self.slot_lock("slot", msg_id, 256, exclusive) as held:
+            yield held
+
+    @contextmanager
+    def slot_lock(self, kind: str, key: str, slots: int, exclusive: bool = True) -> Iterator[bool]:
+        """One of `slots` lock files of a kind (`KIND-NNN.lock`, by the key's hash), taken exclusively without
+        waiting (yields whether it was had) or shared (waits).  Few files however many keys: two keys that share
+        a slot only make one wait for the other."""
+        slot = int(hashlib.sha256(key.encode()).hexdigest()[:4], 16) % slots
+        fd = self.open_lock(f"{kind}-{slot:03d}.lock")
         try:
             try:
                 fcntl.flock(fd, (fcntl.LOCK_EX | fcntl.LOCK_NB) if exclusive else fcntl.LOCK_SH)

@@ -19,9 +19,7 @@ summary can never put a line that reads as another report's first line into it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -211,14 +209,5 @@ async def sessions_done(ctx: Context, req: DoneRequest) -> Result:
 def _reporting(ctx: Context, event_id: str) -> Iterator[bool]:
     """Held while a report is looked for and started, so two `drover done` at once make one report.  A lock file
     of its own (not a message's slot, which the report's send takes shared meanwhile: one file would deadlock)."""
-    slot = int(hashlib.sha256(event_id.encode()).hexdigest()[:4], 16) % 64
-    fd = ctx.truth.open_lock(f"done-{slot:02d}.lock")
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            held = True
-        except BlockingIOError:
-            held = False
+    with ctx.truth.slot_lock("done", event_id, 64) as held:
         yield held
-    finally:
-        os.close(fd)
