@@ -22,6 +22,8 @@ __all__ = ["coordinator"]  # the fixture, used by name
 
 def spawn_from(cli: Any, parent: Pane, isolated: Path, name: str, brief: str) -> dict[str, Any]:
     """The parent runs `drover spawn` as its own tool, so the spawn records it as the parent session."""
+    assert parent.log is not None
+    log = parent.log
     out = isolated / f"{name}.spawn.json"
     spawn = script(
         isolated / f"spawn-{name}.sh",
@@ -31,7 +33,7 @@ def spawn_from(cli: Any, parent: Pane, isolated: Path, name: str, brief: str) ->
     assert sent.code == 0, sent.err
     wait_for(lambda: out.exists() and out.stat().st_size > 0, timeout=120, what=f"{name} spawned")
     wait_for(
-        lambda: [t for t in tools(parent.log) if t["command"] == f"sh {isolated}/spawn-{name}.sh"],
+        lambda: [t for t in tools(log) if t["command"] == f"sh {isolated}/spawn-{name}.sh"],
         timeout=120,
         what=f"the spawn of {name} to end",
     )
@@ -48,6 +50,8 @@ def drover_cmd(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[
 
 def test_a_coordinator_follows_two_workers_to_their_ends(cli: Any, coordinator: Pane, isolated: Path) -> None:
     # worker-b only sits there; worker-a finishes its task and says so.
+    assert coordinator.log is not None
+    coordinator_log = coordinator.log
     sitter = spawn_from(cli, coordinator, isolated, "worker-b", "wait for more")
     work = script(isolated / "work-a.sh", f"{DROVER} done --summary 'schema migrated' --evidence 'commit 1a2b3c4'")
     finisher = spawn_from(cli, coordinator, isolated, "worker-a", f"run: {work}")
@@ -57,7 +61,7 @@ def test_a_coordinator_follows_two_workers_to_their_ends(cli: Any, coordinator: 
     rows = json.loads(waited.stdout)["data"]
     assert "worker-a" in json.dumps(rows) and finisher["identity"] in json.dumps(rows), rows
     # The coordinator's pane shows the terminal report, naming the worker.
-    wait_for(lambda: [r for r in reports(coordinator.log) if "[drover done] worker-a@" in r], timeout=120, what="the report")
+    wait_for(lambda: [r for r in reports(coordinator_log) if "[drover done] worker-a@" in r], timeout=120, what="the report")
     st = cli("status", "local:worker-a", "--json")
     assert st.code == 0 and st.json()["data"]["session"]["state"] == "done", st.out
     st_b = cli("status", "local:worker-b", "--json")
@@ -76,8 +80,8 @@ def test_a_coordinator_follows_two_workers_to_their_ends(cli: Any, coordinator: 
     subprocess.run(["tmux", "-L", "default", "kill-window", "-t", sitter["pane"]], capture_output=True, timeout=10)
     # Two watch runs at once, then a third: one exited event, one notice in the coordinator's pane.
     argv = [sys.executable, "-m", "drover", "watch", "run"]
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    runs = [subprocess.Popen(argv, cwd=ROOT, env=os.environ, text=True, **pipes) for _ in range(2)]
+    pipe = subprocess.PIPE
+    runs = [subprocess.Popen(argv, cwd=ROOT, env=os.environ, text=True, stdout=pipe, stderr=pipe) for _ in range(2)]
     for run in runs:
         _out, err = run.communicate(timeout=300)
         assert run.returncode == 0, err
@@ -109,4 +113,4 @@ def test_a_coordinator_follows_two_workers_to_their_ends(cli: Any, coordinator: 
             m for m in found.json()["data"]["messages"] if m["options"].get("session", {}).get("identity") == finisher["identity"]
         ]
         assert mine and mine[0]["text"].startswith("drover started this session: worker-a"), (spelling, found.out)
-    assert log_of(coordinator.log)  # the coordinator itself stayed up throughout
+    assert log_of(coordinator_log)  # the coordinator itself stayed up throughout
