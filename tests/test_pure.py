@@ -257,6 +257,17 @@ def _s(sid: str, name: str, *aliases: str) -> dict[str, Any]:
     return {"id": sid, "name": name, "engine": "demo", "server": "default", "aliases": [sid, *aliases]}
 
 
+def test_a_not_found_list_cut_short_says_how_many_more() -> None:
+    many = [_s(f"%{i}", f"worker-{i}") for i in range(14)]
+    with pytest.raises(P.HelperError) as err:
+        resolve("nobody", many)
+    assert "worker-7" in err.value.message and "worker-8" not in err.value.message
+    assert "and 6 more: drover ls" in err.value.message
+    with pytest.raises(P.HelperError) as err:
+        resolve("nobody", many[:8])
+    assert "more" not in err.value.message
+
+
 def test_resolve_exact_id_then_exact_name_and_ambiguity_lists_candidates() -> None:
     sessions = [_s("%1", "web", "w:0.0"), _s("%2", "webapp", "w:1.0"), _s("%3", "api", "w:2.0")]
     assert resolve("%2", sessions)["name"] == "webapp"

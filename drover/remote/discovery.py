@@ -175,6 +175,8 @@ def resolve(target: str, sessions: List[Session]) -> Session:
                 matched=MATCHED[tier],  # "prefix": no session bears that name (a handoff chain may start there)
             )
     known = ", ".join(brief(s) for s in sessions[:8]) or "none"
+    if len(sessions) > 8:  # said, so that a list cut short is not taken for every session there is
+        known += " and %d more: drover ls" % (len(sessions) - 8)
     near = [s["name"] for s in sessions if s["name"].startswith(target)]
     said = "; names match exactly, did you mean %s?" % " or ".join(repr(n) for n in near[:3]) if near else ""
     raise HelperError(SESSION_NOT_FOUND, "no session %r on this host (sessions here: %s)%s" % (target, known, said))
