@@ -114,6 +114,23 @@ def test_a_record_not_to_trust_gives_no_done_and_a_warning(tmp_path: Path) -> No
     assert own_record.events(["x"], path_home=str(tmp_path / "none"))["warnings"] == []  # no record yet: no words
 
 
+def test_the_helper_op_answers_and_refuses_bad_arguments_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from drover.remote import main
+    from drover.remote import protocol as P
+
+    monkeypatch.setenv("DROVER_HOME", str(tmp_path / "d"))
+    write(tmp_path / "d", [line("done", "tmux:s/%1@10", "w1", 100.0, summary="here")])
+
+    def ask(args: dict[str, Any]) -> dict[str, Any]:
+        return main.handle({"helper": P.PROTOCOL, "op": "lifecycle", "args": args})
+
+    ok = ask({"identities": ["tmux:s/%1@10"], "since": 50.0, "max_bytes": 4096})
+    assert ok["ok"] and [e["summary"] for e in ok["data"]["events"]] == ["here"], ok
+    for bad in ({"identities": "tmux:s/%1@10"}, {"identities": [], "kinds": ["accepted"]}, {"identities": [], "max_bytes": -1}):
+        got = ask(bad)
+        assert not got["ok"] and got["error"]["code"] == P.BAD_REQUEST and "\n" not in got["error"]["message"], got
+
+
 def test_local_is_never_asked_for_its_record_again() -> None:
     assert "lifecycle" not in list_args("local", True, ["tmux:x"])
     assert list_args("h1", True, ["tmux:x"]) == {"state": True, "lifecycle": True, "lifecycle_of": ["tmux:x"]}
@@ -232,6 +249,10 @@ def test_a_coordinator_sees_a_remote_workers_done_waits_for_it_and_watch_records
     assert doc["session"]["state"] != "done" and any("symlink" in w for w in doc["warnings"]), doc
     listed = drover.run("sessions.list", {"hosts": ["h1"]})
     assert listed.ok and all(s["state"] != "done" for s in listed.data["sessions"]), listed.data
+    assert any("symlink" in w["message"] for w in listed.data["warnings"]), listed.data["warnings"]
+    spawned = drover.run("sessions.spawns", {})
+    assert spawned.ok and {r["name"]: r["state"] for r in spawned.data["spawns"]}["w1"] != "done"
+    assert any("symlink" in w["message"] for w in spawned.data["warnings"]), spawned.data["warnings"]
     h1_record.unlink()
     h1_record.with_suffix(".real").rename(h1_record)
     assert status("h1:w1")["session"]["state"] == "done"
@@ -250,6 +271,8 @@ def test_a_coordinator_sees_a_remote_workers_done_waits_for_it_and_watch_records
     assert len(records(isolated, "done")) == 1  # pulled once, and counted once beside h1's own
     spawns = {r["name"]: r for r in drover.run("sessions.spawns", {}).data["spawns"]}
     assert spawns["w1"]["state"] == "exited" and spawns["w1"]["evidence"]["terminal"]["summary"] == "w1 finished"
+    gone = status("h1:w1")["session"]
+    assert gone["state"] == "exited" and gone["evidence"]["terminal"]["summary"] == "w1 finished", gone
     events = drover.run("events.read", {"since": "start", "kinds": ["done"]})
     assert [e["event"]["id"] for e in events.data["events"]] == [copy["id"]], events.data
 

@@ -126,6 +126,10 @@ async def live_spawns(ctx: Context, rows: list[dict[str, Any]], warnings: list[d
         if r.get("identity") and r.get("host") in known:
             identities.setdefault(str(r["host"]), []).append(str(r["identity"]))
     answers = {h: (d, e) for h, d, e in await list_each(ctx, asked, True, identities)} if asked else {}
+    for host, (data, _err) in answers.items():
+        # A host's record it would not trust (a link, another owner): its `done`s are not taken, and that is said.
+        said = [w for w in (data or {}).get("warnings", []) if isinstance(w, str) and "drover record" in w]
+        warnings += [{"host": host, "message": w} for w in said]
     events = terminal_events(ctx, warnings)
     now = time.time()
     for row in rows:
