@@ -282,3 +282,34 @@ def test_a_coordinator_sees_a_remote_workers_done_waits_for_it_and_watch_records
     assert status("h1:w1")["session"]["state"] != "done"
     kill_worker(sshfleet, "h2", w2)
     kill_worker(sshfleet, "h1", w3)
+
+
+def test_a_failed_on_its_host_is_done_with_failed_and_two_watch_runs_at_once_copy_it_once(
+    sshfleet: SSHFleet, isolated: Path
+) -> None:
+    record = sshfleet.host_home("h2") / ".local" / "state" / "drover" / "truth.jsonl"
+    if record.exists():
+        record.unlink()
+    agent = f"{sys.executable} -m drover.demo_agent --tools --log {isolated}/{{name}}.jsonl --name {{name}}"
+    fleet = sshfleet.fleet_toml() + f'\n[spawn.demo]\ncommand = "env PYTHONPATH={ROOT} {agent}"\nready_timeout_s = 60\n'
+    (isolated / "fleet.toml").write_text(fleet, encoding="utf-8")
+    work = isolated / "f1.sh"
+    work.write_text(f"{DROVER} done --failed --summary 'needs a human' --json > {isolated}/f1.done.json\n")
+    try:
+        f1 = spawn("f1", "h2", brief=f"run: sh {work}")
+        wait_for(lambda: (isolated / "f1.done.json").exists() and (isolated / "f1.done.json").read_text().strip(), timeout=120)
+        s = status("h2:f1")["session"]
+        assert s["state"] == "done" and s["evidence"]["failed"] is True, s
+        assert s["evidence"]["terminal"]["event"] == "failed" and s["evidence"]["terminal"]["record"]["host"] == "h2", s
+        argv = [sys.executable, "-m", "drover", "watch", "run"]
+        runs = [subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+        codes = [p.wait(timeout=300) for p in runs]
+        assert codes == [0, 0], [p.stderr.read() for p in runs if p.stderr]  # the second waited for the first's lock
+        [copy] = records(isolated, "failed")
+        assert copy["pulled"]["host"] == "h2" and copy["summary"] == "needs a human", copy
+        kill_worker(sshfleet, "h2", f1)
+        assert watch().returncode == 0
+        assert records(isolated, "exited") == [] and len(records(isolated, "failed")) == 1
+    finally:
+        if record.exists():
+            record.unlink()
