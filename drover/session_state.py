@@ -72,6 +72,33 @@ def terminal_for(events: Iterable[dict[str, Any]], host: str, row: dict[str, Any
     return next((ev for ev in events if about(ev, host, row)), None)
 
 
+def pulled(ev: dict[str, Any] | None, host: str) -> dict[str, Any] | None:
+    """A `done`/`failed` the host's own record holds about this session (the host's `lifecycle` answer: it writes
+    its own sessions as `local`), as the coordinator calls the host, with which record it came from."""
+    if not isinstance(ev, dict) or ev.get("event") not in DONE_KINDS or not isinstance(ev.get("session"), dict):
+        return None
+    return {**ev, "host": host, "record": {"host": host, "path": ev.get("record")}}
+
+
+def newest(*found: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The newest of the terminal events found in several records (the coordinator's, the host's own): one end,
+    counted once -- a copy pulled into the coordinator's record names the host's event it copies."""
+    got = [ev for ev in found if ev is not None]
+    if not got:
+        return None
+    return max(got, key=lambda ev: float(ev.get("ts") or 0))
+
+
+def terminal_evidence(ev: dict[str, Any]) -> dict[str, Any]:
+    """What a terminal event shows in a state's evidence: which end, when, what it said, and in which record."""
+    out = {k: ev.get(k) for k in ("event", "id", "time", "summary") if ev.get(k)}
+    out["record"] = ev.get("record") or (ev.get("pulled") or {}).get("record") or {"host": "local"}
+    if isinstance(ev.get("pulled"), dict):
+        out["pulled_from"] = ev["pulled"]  # copied into our record by `watch run` from the host's own
+        out["time"] = ev["pulled"].get("time") or out.get("time")
+    return out
+
+
 def fold(
     row: dict[str, Any], *, host: str, stall_after: float, terminal: dict[str, Any] | None = None, now: float | None = None
 ) -> dict[str, Any]:
@@ -113,14 +140,15 @@ def fold(
     if terminal is not None and state not in ("exited", "waiting_on_human"):
         # The worker said it is done: that is its state while it stays, whatever the screen shows after it.
         state, since = "done", terminal.get("ts")
-        evidence["terminal"] = {k: terminal.get(k) for k in ("event", "id", "time", "summary") if terminal.get(k)}
+        evidence["terminal"] = terminal_evidence(terminal)
         if terminal.get("event") == "failed":
             evidence["failed"] = True
     elif terminal is not None:
-        evidence["terminal"] = {k: terminal.get(k) for k in ("event", "id", "time", "summary") if terminal.get(k)}
+        evidence["terminal"] = terminal_evidence(terminal)
 
     out = dict(row)
     out.pop("progress", None)
+    out.pop("lifecycle", None)  # the host's own word about its end: folded into `terminal` above
     out.update(
         state=state,
         since=since,

@@ -10,8 +10,9 @@ from typing import Any
 from drover import lifecycle
 from drover import session_state as S
 from drover.errors import DroverError
+from drover.fleet import LOCAL
 from drover.ops.core import Context
-from drover.ops.hosts import fan_out
+from drover.ops.hosts import call_host, fan_out_each
 from drover.remote import protocol as P
 
 
@@ -24,6 +25,31 @@ def terminal_events(ctx: Context, warnings: list[dict[str, Any]]) -> list[dict[s
         return []
 
 
+def own_record(host: str) -> bool:
+    """Does the host keep a drover record of its own to ask?  `local`'s is the coordinator's own record, read here
+    already: asking for it again would read it twice (and could count one end twice)."""
+    return host != LOCAL
+
+
+def list_args(host: str, state: bool, identities: list[str] | None = None) -> dict[str, Any]:
+    """A `list` request that, for a host with its own record, also brings its `done`s (the same round trip)."""
+    args: dict[str, Any] = {"state": state}
+    if own_record(host):
+        args["lifecycle"] = True
+        if identities:
+            args["lifecycle_of"] = identities
+    return args
+
+
+async def list_each(
+    ctx: Context, hosts: list[str], state: bool, identities: dict[str, list[str]] | None = None
+) -> list[tuple[str, Any, DroverError | None]]:
+    async def one(host: str) -> Any:
+        return await call_host(ctx, host, "list", list_args(host, state, (identities or {}).get(host)))
+
+    return await fan_out_each(ctx, hosts, one)
+
+
 def fold_rows(
     ctx: Context, host: str, rows: list[dict[str, Any]], events: list[dict[str, Any]], now: float | None = None
 ) -> list[dict[str, Any]]:
@@ -33,7 +59,7 @@ def fold_rows(
             row,
             host=host,
             stall_after=ctx.fleet.stall_after(host, row.get("engine")),
-            terminal=S.terminal_for(events, host, row),
+            terminal=S.newest(S.terminal_for(events, host, row), S.pulled(row.get("lifecycle"), host)),
             now=now,
         )
         for row in rows
@@ -75,16 +101,17 @@ async def exited_status(ctx: Context, host: str, target: str, error: DroverError
     spawned = spawned_named(ctx, host, target)
     if spawned is None or not spawned.get("identity"):
         return None
-    [(_h, data, err)] = await fan_out(ctx, [host], "list", {"state": False})
+    [(_h, data, err)] = await list_each(ctx, [host], False, {host: [spawned["identity"]]})
     if err is not None:
         return None
     if any(s.get("identity") == spawned["identity"] for s in data.get("sessions", [])):
         return None  # alive under another name: not exited, and not the session this name names now
     seen, exited = last_seen(ctx, host, spawned)
     row = S.exited_row(spawned, seen, exited)
-    done = S.terminal_for(S.terminal_events(ctx.truth), host, row)
+    theirs = S.pulled((data.get("lifecycle") or {}).get(spawned["identity"]), host)
+    done = S.newest(S.terminal_for(S.terminal_events(ctx.truth), host, row), theirs)
     if done is not None:
-        row["evidence"]["terminal"] = {k: done.get(k) for k in ("event", "id", "time", "summary") if done.get(k)}
+        row["evidence"]["terminal"] = S.terminal_evidence(done)
     return {"host": host, **row}
 
 
@@ -94,7 +121,15 @@ async def live_spawns(ctx: Context, rows: list[dict[str, Any]], warnings: list[d
     hosts = sorted({str(r.get("host")) for r in rows if r.get("identity") and r.get("host")})
     known = set(ctx.fleet.host_names())
     asked = [h for h in hosts if h in known]
-    answers = {h: (d, e) for h, d, e in await fan_out(ctx, asked, "list", {"state": True})} if asked else {}
+    identities: dict[str, list[str]] = {}
+    for r in rows:
+        if r.get("identity") and r.get("host") in known:
+            identities.setdefault(str(r["host"]), []).append(str(r["identity"]))
+    answers = {h: (d, e) for h, d, e in await list_each(ctx, asked, True, identities)} if asked else {}
+    for host, (data, _err) in answers.items():
+        # A host's record it would not trust (a link, another owner): its `done`s are not taken, and that is said.
+        said = [w for w in (data or {}).get("warnings", []) if isinstance(w, str) and "drover record" in w]
+        warnings += [{"host": host, "message": w} for w in said]
     events = terminal_events(ctx, warnings)
     now = time.time()
     for row in rows:
@@ -111,9 +146,10 @@ async def live_spawns(ctx: Context, rows: list[dict[str, Any]], warnings: list[d
         live = next((s for s in data.get("sessions", []) if s.get("identity") == identity), None)
         if live is None:
             row.update(state="exited", since=None, evidence={"reason": "no longer live on its host"})
-            done = S.terminal_for(events, host, row)
+            theirs = S.pulled((data.get("lifecycle") or {}).get(identity), host)
+            done = S.newest(S.terminal_for(events, host, row), theirs)
             if done is not None:
-                row["evidence"]["terminal"] = {k: done.get(k) for k in ("event", "id", "time") if done.get(k)}
+                row["evidence"]["terminal"] = S.terminal_evidence(done)
             continue
         folded = fold_rows(ctx, host, [live], events, now)[0]
         for key in ("state", "since", "last_progress", "progress_source", "screen_state", "evidence"):

@@ -49,7 +49,7 @@ class ReadRequest(Request):
 async def sessions_list(ctx: Context, req: ListRequest) -> Result:
     check_engine(ctx.fleet, req.engine)
     hosts = ctx.select(req.hosts, req.tags)
-    rows = await fan_out(ctx, hosts, "list", {"state": req.state})
+    rows = await live_state.list_each(ctx, hosts, req.state) if req.state else await fan_out(ctx, hosts, "list", {"state": False})
     sessions: list[dict[str, Any]] = []
     warnings: list[dict[str, Any]] = []
     events = live_state.terminal_events(ctx, warnings) if req.state else []
@@ -74,7 +74,10 @@ async def sessions_list(ctx: Context, req: ListRequest) -> Result:
 @op("sessions.status", StatusRequest, "alive, and doing what? state with evidence: screen, last line, since", "drover status")
 async def sessions_status(ctx: Context, req: StatusRequest) -> Result:
     try:
-        data = await call_host(ctx, req.host, "status", {"target": req.id, "tail": req.tail})
+        args: dict[str, Any] = {"target": req.id, "tail": req.tail}
+        if live_state.own_record(req.host):
+            args["lifecycle"] = True  # the host's own record's `done` about it, in the same request
+        data = await call_host(ctx, req.host, "status", args)
     except DroverError as exc:
         # A worker drover spawned that is gone is `exited`, with when it was last seen; a typo is still an error.
         gone = await live_state.exited_status(ctx, req.host, req.id, exc)

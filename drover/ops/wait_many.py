@@ -22,7 +22,9 @@ from drover import lifecycle
 from drover.errors import DroverError, ExitCode, InvalidRequest, exit_code_of
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host, fan_out_each
+from drover.ops.live_state import own_record
 from drover.remote import protocol as P
+from drover.session_state import pulled
 from drover.targets import parse
 
 STALL_AFTER_S = 600.0  # until=stalled: how long working without a new transcript entry is a stall, by default
@@ -173,6 +175,10 @@ async def sessions_wait_many(ctx: Context, req: WaitManyRequest) -> Result:
             }
             if req.until == "stalled":
                 args["stall_after_s"] = req.stall_after_s or STALL_AFTER_S
+            if req.until == "done" and own_record(host):
+                # A worker's `drover done` on that host is written to the host's own record, never to ours: the
+                # host's watcher looks there too, and a `done` it finds ends its wait (one request, as ever).
+                args["done"] = True
             try:
                 data = await call_host(ctx, host, "wait_many", args, timeout=remaining + ctx.timeout(host))
             except DroverError as exc:
@@ -189,8 +195,16 @@ async def sessions_wait_many(ctx: Context, req: WaitManyRequest) -> Result:
                 for key in ("screen_state", "last_progress", "progress_evidence"):
                     if answer.get(key) is not None:
                         r[key] = answer[key]
+                end = pulled(answer.get("event"), host)
+                if end is not None:
+                    r["event"] = end
+                    if end["event"] == "failed":
+                        r["failed"] = True
                 if answer.get("settled_at") is not None:
                     r.update(settled=True, reached=bool(answer.get("reached")), waited_s=answer.get("waited_s"))
+            for said in data.get("warnings") or []:
+                for r in mine:
+                    r.setdefault("warnings", []).append(said)
             wake.set()
             if data.get("timed_out"):
                 return

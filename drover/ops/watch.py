@@ -30,7 +30,8 @@ from drover import lifecycle
 from drover.errors import DroverError, ExitCode
 from drover.ops import exited
 from drover.ops.core import Context, Request, Result, op
-from drover.ops.hosts import call_host, fan_out
+from drover.ops.hosts import call_host, fan_out_each
+from drover.ops.live_state import own_record
 from drover.ops.spawn import fold
 from drover.record import now_iso
 from drover.remote import protocol as P
@@ -255,6 +256,35 @@ async def _notify(ctx: Context, ev: dict[str, Any], notices: list[str], actor: s
     return row
 
 
+# -- an end recorded on the worker's host ----------------------------------------------------------------------
+
+
+def _pull(ctx: Context, host: str, row: dict[str, Any], theirs: dict[str, Any], since: float | None) -> dict[str, Any] | None:
+    """Copy the host's `done`/`failed` about this spawned session into our record, once per that event (keyed by
+    its id on its host).  The copy is stamped now (the record is in time order: readers stop at the first event
+    older than what they look for); the worker's own time is in `pulled`.  The look for an earlier copy stops at
+    the spawn's request (our clock: the host's may differ).  The row written now, or None."""
+    kind = theirs.get("event")
+    if kind not in ("done", "failed") or not theirs.get("id"):
+        return None
+    origin = {k: theirs.get(k) for k in ("id", "time", "ts", "record")} | {"host": host}
+    ev = lifecycle.event(
+        str(kind),
+        host=host,
+        session={**(theirs.get("session") or {}), **{k: row.get(k) for k in ("identity", "name", "pane", "server", "engine")}},
+        spawn=row["spawn_id"],
+        summary=theirs.get("summary"),
+        evidence=theirs.get("evidence"),
+        actor=theirs.get("actor"),
+        report_to=theirs.get("report_to"),
+        pulled=origin,
+    )
+    stood, wrote = lifecycle.record_once(ctx.truth, ev, f"pulled:{host}:{theirs['id']}", since_ts=since)
+    if not wrote:
+        return None
+    return {k: stood.get(k) for k in ("id", "event", "host", "session", "spawn", "summary", "pulled")}
+
+
 # -- the run ----------------------------------------------------------------------------------------------------
 
 
@@ -294,7 +324,16 @@ async def watch_once(ctx: Context, req: WatchRequest) -> Result:
     }
     errors: list[dict[str, Any]] = []
     live: dict[str, set[str]] = {}
-    for host, answer, err in await fan_out(ctx, hosts, "list", {"state": False, "identities": True}) if hosts else []:
+    ends: dict[str, dict[str, Any]] = {}  # host: {identity: the newest done/failed in that host's own record}
+    asking = {h: [str(r["identity"]) for r in watched if r.get("host") == h] for h in hosts}
+
+    async def ask(host: str) -> Any:
+        args: dict[str, Any] = {"state": False, "identities": True}
+        if own_record(host) and asking.get(host):
+            args["lifecycle_of"] = asking[host]  # the host's record, in the same request
+        return await call_host(ctx, host, "list", args)
+
+    for host, answer, err in await fan_out_each(ctx, hosts, ask) if hosts else []:
         if err is not None and err.code == P.UNKNOWN_HOST:
             # A host taken out of the fleet: its sessions cannot be asked about, and saying so every minute to
             # cron would bury the rest.  Listed in the document; nothing recorded about them.
@@ -312,10 +351,20 @@ async def watch_once(ctx: Context, req: WatchRequest) -> Result:
             )
             continue
         live[host] = {key for s in answer.get("sessions", []) if not s.get("dead") for key in _live_keys(s)}
+        ends[host] = answer.get("lifecycle") or {}
     seen = _load_seen(ctx)
     for row in watched:
         host, sid = str(row["host"]), row["spawn_id"]
         if host not in live:
+            continue
+        theirs = ends.get(host, {}).get(str(row["identity"]))
+        if theirs is not None and float(theirs.get("ts") or 0) >= requested.get(sid, 0.0) - 1:
+            # It said it is done, on its host: that is its end, copied into our record once (so `events`, `spawns`
+            # and later runs see it here), and never an `exited`, however it goes afterwards.
+            copied = _pull(ctx, host, row, theirs, requested.get(sid))
+            if copied is not None:
+                data.setdefault("pulled", []).append(copied)
+            seen.pop(sid, None)
             continue
         if _spawn_live(row, live[host]):
             seen[sid] = now

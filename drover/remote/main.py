@@ -1,6 +1,6 @@
 """Answering requests: one JSON line in, one framed JSON answer out, until stdin ends.
 
-Request:  {"helper": PROTOCOL, "op": "hello" | "list" | "status" | "deliver" | "wait" | "wait_many" | "read" | "classify",
+Request:  {"helper": PROTOCOL, "op": "hello" | "list" | "status" | "deliver" | "wait" | "wait_many" | "read" | ...,
            "args": {...}, "profiles": {ENGINE: {...overrides}}}
 Answer:   {"helper": PROTOCOL, "bundle": HASH, "ok": true, "data": ...}
           {"helper": PROTOCOL, "bundle": HASH, "ok": false, "error": {"code": "...", "message": "...", ...}}
@@ -54,7 +54,31 @@ def op_list(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     sessions = discovery.discover(profiles, warnings)
     if args.get("state", True):
         sessions = [discovery.with_state(s, profiles) for s in sessions]
-    return {"sessions": [_facts(s, bool(args.get("state", True))) for s in sessions], "warnings": warnings}
+    out = {"sessions": [_facts(s, bool(args.get("state", True))) for s in sessions], "warnings": warnings}
+    if args.get("lifecycle") or args.get("lifecycle_of"):
+        _lifecycle(out, args, warnings)
+    return out
+
+
+def _lifecycle(out: Dict[str, Any], args: Dict[str, Any], warnings: List[str]) -> None:
+    """The newest done/failed in this host's own record about each session answered (`lifecycle` on it), and about
+    the identities in `lifecycle_of` (sessions that may be gone: `lifecycle` of the answer), in the same request:
+    one read of the record's end for all of them (drover/remote/own_record.py)."""
+    from . import own_record
+
+    rows = out["sessions"] if "sessions" in out else [out["session"]]
+    given = args.get("lifecycle_of")
+    asked = given if isinstance(given, list) else []  # type: List[Any]
+    wanted = [r["identity"] for r in rows if r.get("identity")] if args.get("lifecycle") else []
+    wanted += [i for i in asked if isinstance(i, str)]
+    by, got = own_record.newest_by_identity(wanted)
+    warnings.extend(got["warnings"])
+    if args.get("lifecycle"):
+        for row in rows:
+            row["lifecycle"] = by.get(row.get("identity") or "")
+    if asked:
+        out["lifecycle"] = {i: by[i] for i in asked if i in by}
+    out["record"] = {"path": got["record"], "read_bytes": got["read_bytes"], "complete": got["complete"]}
 
 
 def _facts(session: Dict[str, Any], progress: bool = True) -> Dict[str, Any]:
@@ -88,7 +112,10 @@ def op_status(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     # refuses such a session, and must not disagree with them about who is waiting.
     kind, reason, since, source = attention.waiting_on_human(session, profiles)
     out["human"] = {"kind": kind, "reason": reason, "since": since, "since_source": source} if kind else None
-    return {"session": out, "warnings": warnings}
+    answer = {"session": out, "warnings": warnings}  # type: Dict[str, Any]
+    if args.get("lifecycle"):
+        _lifecycle(answer, args, warnings)
+    return answer
 
 
 def op_read(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
@@ -179,6 +206,7 @@ OPS: Dict[str, Callable[[Dict[str, Any], Profiles], Any]] = {
     "wait_file": _in("files", "wait_file"),
     "spawn": _in("spawn", "spawn"),
     "last_words": _in("gone", "last_words"),
+    "lifecycle": _in("own_record", "lifecycle"),
 }
 
 

@@ -102,8 +102,36 @@ def _state(session: Optional[Session], engine: Any, profiles: Profiles) -> Dict[
 
 
 def _settled(row: Dict[str, Any], until: str) -> bool:
-    """Nothing more will change for this target: it reached the state, or it exited (it will never reach it)."""
-    return row["state"] == until or row["state"] == "exited"
+    """Nothing more will change for this target: it reached the state, or it exited (it will never reach it), or
+    (asked with `done`) this host's own record says it is done."""
+    return row["state"] in (until, "exited", "done")
+
+
+class _Record(object):
+    """This host's own drover record, looked at for `done`/`failed` about the targets when it changed (a stat a
+    round; read only when its size or inode moved): a worker's `drover done` on this host is written there."""
+
+    def __init__(self, identities: List[str], since: float) -> None:
+        self.identities = identities
+        self.since = since
+        self.last = None  # type: Optional[Tuple[int, int]]
+        self.warned = False
+
+    def look(self) -> Tuple[Dict[str, Dict[str, Any]], List[str]]:
+        from . import own_record
+
+        try:
+            st = os.stat(os.path.join(own_record.home(), own_record.NAME))
+            now = (st.st_ino, st.st_size)  # type: Optional[Tuple[int, int]]
+        except OSError:
+            now = None
+        if now is None or now == self.last:
+            return {}, []
+        self.last = now
+        got = own_record.events(self.identities, ("done", "failed"), since=self.since, newest_only=True)
+        warnings = [] if self.warned else got["warnings"]
+        self.warned = self.warned or bool(got["warnings"])
+        return {ev["session"]["identity"]: ev for ev in got["events"]}, warnings
 
 
 def wait_many(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
@@ -128,16 +156,29 @@ def wait_many(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     engines = [w.get("engine") for w in watch]
     started = time.monotonic()
     rows = [{"target": w.get("target"), "identity": w["identity"], "state": "unknown", "how": "not looked at yet"} for w in watch]
+    # `done`: a done/failed in this host's own record settles a target as done (asked by a coordinator elsewhere,
+    # whose record never sees a `drover done` run here).  `done_since`: an end recorded before it is another's.
+    record = _Record([w["identity"] for w in watch], float(args.get("done_since") or 0)) if args.get("done") else None
+    warnings = []  # type: List[str]
     while True:
         caller.check()  # a wait nobody awaits any more ends here
         by_identity = {}  # type: Dict[str, Session]
         for s in discover(profiles, []):
             by_identity.setdefault(identity(s), s)
         now = time.time()
+        ends = {}  # type: Dict[str, Dict[str, Any]]
+        if record is not None:
+            ends, said = record.look()
+            warnings.extend(said)
         for row, engine in zip(rows, engines):
             if row.get("settled_at") is not None:
                 continue  # what it reached stands: an idle that turned busy again was still reached first
             session = by_identity.get(row["identity"])
+            end = ends.get(row["identity"])
+            if end is not None:
+                row.update(state="done", how="a `%s` event in this host's record (%s)" % (end["event"], end.get("record")))
+                row.update(event=end, settled_at=now, reached=True, waited_s=round(time.monotonic() - started, 3))
+                continue
             row.update(_state(session, engine, profiles))
             if until == "stalled" and row["state"] == "working" and session is not None:
                 _stall(row, session, stall_after)
@@ -163,4 +204,5 @@ def wait_many(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         "reached": (bool(reached) if mode == "any" else len(reached) == len(rows)),
         "timed_out": not finished,
         "waited_s": round(time.monotonic() - started, 3),
+        "warnings": warnings,
     }
