@@ -74,7 +74,7 @@ def test_a_dead_worker_is_said_as_exited_with_its_newest_sighting_and_a_typo_sta
     assert nudged.json()["data"]["code"] == P.SESSION_EXITED
     assert "was started by drover" in nudged.json()["data"]["detail"]
     read = drover("read", "local:w4")
-    assert read.code == 6 and "w4 was started by drover" in read.err and "no screen left to read" in read.err, read.err
+    assert read.code == 6 and "w4 was started by drover" in read.err and "there is nothing live to read" in read.err, read.err
 
     # A typo keeps today's answer.
     typo = drover("send", "local:w44", "hello", "--json")
@@ -110,3 +110,18 @@ def test_parent_msg_must_be_a_message_id_and_one_not_in_the_record_is_said(tmux:
     assert "warning: --parent-msg msg_0123456789abcdef is not a message in this record" in odd.err, odd.err
     rows = cli("--fleet", str(fleet), "spawns", "--parent", "msg_0123456789abcdef", "--json").json()["data"]["spawns"]
     assert [r["name"] for r in rows] == ["p2"]
+
+
+def test_a_cursor_taken_before_the_record_exists_reads_from_its_start(isolated: Path) -> None:
+    """The library coordinator (docs/library.md) takes its cursor first, in a home that may have no record yet."""
+    import drover as api
+
+    first = api.run("events.read", since="end")
+    assert first.ok and first.data["events"] == [], first.errors
+    sent = api.run("sessions.message", host="local", id="nosuch", text="x")  # recorded: accepted, failed
+    got = api.run("events.read", since=first.data["cursor"])
+    assert got.ok, got.errors
+    assert [e["event"]["event"] for e in got.data["events"]] == ["accepted", "outcome"]
+    assert {e["event"]["id"] for e in got.data["events"]} == {sent.data["id"]}
+    # Any other cursor of no record is still refused: only the one drover gives for "nothing yet" is taken.
+    assert not api.run("events.read", since="0:5").ok

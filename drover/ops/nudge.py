@@ -4,7 +4,8 @@ A nudge is a message with four refusals in front of it (the nudger's `checkSafe`
 
 - `not_live`: no live agent answers to the name -- the pane is gone or dead, or its agent exited and left a shell.
   Nudging it would mean starting an agent, and a nudge never does that.  The dispatcher's opposite,
-  `--create-if-missing`, starts one (drover/ops/spawn.py) and then delivers.
+  `--create-if-missing`, starts one (drover/ops/spawn.py) and then delivers.  A worker drover spawned that
+  died is refused as `session_exited` instead, said as that (drover/ops/gone.py), not as a name nobody bears.
 - `generating`: the session is live but busy with a turn.  A nudge is "when you have a moment", never a message
   that queues up behind work in progress; a schedule tries again at the entry's `retry`.
 - `waiting_on_human`: a person is in the middle of something there -- Claude's registry says `waiting` (a

@@ -137,5 +137,5 @@ async def sessions_read(ctx: Context, req: ReadRequest) -> Result:
     except DroverError as exc:
         from drover.ops import gone
 
-        raise await gone.explain(ctx, req.host, req.id, exc, what="there is no screen left to read") from None
+        raise await gone.explain(ctx, req.host, req.id, exc, what="there is nothing live to read") from None
     return Result({"host": req.host, **data})
