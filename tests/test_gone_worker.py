@@ -125,3 +125,26 @@ def test_a_cursor_taken_before_the_record_exists_reads_from_its_start(isolated: 
     assert {e["event"]["id"] for e in got.data["events"]} == {sent.data["id"]}
     # Any other cursor of no record is still refused: only the one drover gives for "nothing yet" is taken.
     assert not api.run("events.read", since="0:5").ok
+
+
+def test_sightings_noted_at_once_by_many_commands_are_all_kept(tmp_path: Path) -> None:
+    """Hostile: `ls`, `status` and `spawns` in many shells at once each note their sightings; none is lost."""
+    import threading
+    from types import SimpleNamespace
+
+    ctx: Any = SimpleNamespace(truth=SimpleNamespace(path=tmp_path / "truth.jsonl"))
+
+    def noter(k: int) -> None:
+        for i in range(40):
+            sightings.note(ctx, [f"spawn_{k}_{i}"])
+
+    threads = [threading.Thread(target=noter, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seen = sightings.load_path(tmp_path)
+    assert len(seen) == 160 and all(f"spawn_{k}_{i}" in seen for k in range(4) for i in range(40))
+    # The newest wins: an older sighting never moves one back.
+    sightings.note(ctx, ["spawn_0_0"], now=1.0)
+    assert sightings.load_path(tmp_path)["spawn_0_0"] > 1.0
