@@ -178,6 +178,10 @@ def parse_cursor(truth: TruthFile, text: str | None) -> Cursor:
     if not sep or not head.isdigit() or not tail.isdigit() or len(head) > 20 or len(tail) > 20:
         raise _bad_cursor(text, "is not INODE:OFFSET, start or end")
     cur = Cursor(int(head), int(tail))
+    if (cur.inode, cur.offset) == (0, 0):
+        # The cursor drover gives while there is no record yet (`end` of nothing): the start of the record that
+        # exists now -- a coordinator's stream can begin before the first event (read_forward allows it too).
+        return Cursor(inode, 0)
     if st is None or cur.inode != inode:
         raise _bad_cursor(text, "is of another record (the truth file was replaced or moved)")
     if cur.offset > size:

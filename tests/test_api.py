@@ -45,7 +45,10 @@ def test_the_readme_coordinator_briefs_ten_sessions_on_three_hosts_over_one_conn
     workers = [(host, f"worker-{host}-{i}") for host, n in layout.items() for i in range(1, n + 1)]
     panes = {w: remote_agent(sshfleet, w[0], w[1], isolated, "--busy-after-message", "0.5", "--reply") for w in workers}
     script = isolated / "coordinate.py"
-    script.write_text(readme_coordinator(), encoding="utf-8")
+    text = readme_coordinator()
+    # One wait for all the workers and the record read from a cursor -- not one sessions.wait per worker.
+    assert '"sessions.wait_many"' in text and '"events.read"' in text and '"sessions.wait",' not in text
+    script.write_text(text, encoding="utf-8")
     mark = sshfleet.log_mark()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(

@@ -66,9 +66,10 @@ def nudge(
     debug: DebugOpt = False,
     timeout: TimeoutOpt = None,
 ) -> None:
-    """Deliver a message only when it is safe: refuse a session that is not live (a nudge never starts one), one
-    that is generating, and one that shares its directory with another live session. Every refusal is recorded
-    with its reason (`drover log`), exit 4.
+    """Deliver a message only when it is safe: refuse a session that is not live (a nudge never starts one; a
+    worker drover spawned that died is said so, `session_exited`), one that is generating, one waiting on a human
+    (a dialog, Claude's permission prompt, a person's draft: `waiting_on_human`), and one that shares its
+    directory with another live session. Every refusal is recorded with its reason (`drover log`), exit 4.
 
     `drover nudge run` sends the [[nudge]] entries of fleet.toml that are due, with the same refusals, and
     remembers each entry's last send in the truth file: `* * * * * drover nudge run` is all a crontab needs. It

@@ -105,6 +105,8 @@ def show_spawn(data: dict[str, Any]) -> None:
         for line in data.get("tail", [])[-6:]:
             render.out().print(f"  │ {line}", style="dim", markup=False)
     render.out().print(f"spawn {data['spawn_id']}", style="dim", markup=False)
+    for w in data.get("warnings") or []:
+        render.err().print(f"warning: {w.get('message', w) if isinstance(w, dict) else w}", style="yellow", markup=False)
 
 
 @app.command("spawns", epilog=examples("drover spawns --host box-a --json"))
@@ -138,15 +140,18 @@ def spawns(
         t = recorded_target(target)  # checked here (an unknown host is exit 6); the op reads HOST: again
         payload["target"] = str(t) if t.named_host else t.id
     doc = run("sessions.spawns", payload)
-    finish(doc, as_json, show_spawns)
+    asked = [f"{flag} {value}" for flag, value in (("--host", host), ("--target", target), ("--parent", parent)) if value]
+    finish(doc, as_json, lambda data: show_spawns(data, asked))
 
 
-def show_spawns(data: dict[str, Any]) -> None:
+def show_spawns(data: dict[str, Any], asked: list[str] | None = None) -> None:
     from rich.table import Table
 
     rows = data.get("spawns", [])
     if not rows:
-        render.out().print("no spawned sessions in the record", style="dim", markup=False)
+        # A filter that matched nothing is not an empty record: say which filter it was.
+        said = f"no spawn matches {' '.join(asked)}" if asked else "no spawned sessions in the record"
+        render.out().print(said, style="dim", markup=False)
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("TIME", "HOST", "ID", "NAME", "ENGINE", "STATE", "PROGRESS", "PARENT", "BRIEF", "CWD"):

@@ -4,7 +4,8 @@ A nudge is a message with four refusals in front of it (the nudger's `checkSafe`
 
 - `not_live`: no live agent answers to the name -- the pane is gone or dead, or its agent exited and left a shell.
   Nudging it would mean starting an agent, and a nudge never does that.  The dispatcher's opposite,
-  `--create-if-missing`, starts one (drover/ops/spawn.py) and then delivers.
+  `--create-if-missing`, starts one (drover/ops/spawn.py) and then delivers.  A worker drover spawned that
+  died is refused as `session_exited` instead, said as that (drover/ops/gone.py), not as a name nobody bears.
 - `generating`: the session is live but busy with a turn.  A nudge is "when you have a moment", never a message
   that queues up behind work in progress; a schedule tries again at the entry's `retry`.
 - `waiting_on_human`: a person is in the middle of something there -- Claude's registry says `waiting` (a
@@ -278,7 +279,13 @@ async def nudge(ctx: Context, req: NudgeRequest) -> Result:
     session: dict[str, Any] | None
     refusal: dict[str, Any] | None
     if where.error is not None:
-        if where.error.code in (P.SESSION_NOT_FOUND, P.HANDOFF_BROKEN):
+        from drover.ops import gone
+
+        told = await gone.explain(ctx, req.host, req.id, where.error, what="nothing was sent (a nudge never starts one)")
+        if told.code == P.SESSION_EXITED:
+            # A worker drover spawned that died: said as that (not a typo), refused as not live, hint and all.
+            session, refusal = None, _refusal(P.SESSION_EXITED, f"{told.message} ({told.hint})")
+        elif where.error.code in (P.SESSION_NOT_FOUND, P.HANDOFF_BROKEN):
             why = where.error.message if where.error.code == P.HANDOFF_BROKEN else f"no session {req.id!r} on {req.host}"
             why += ": a nudge never starts one (--create-if-missing does)"
             session, refusal = None, _refusal(P.NOT_LIVE, why)
@@ -288,7 +295,7 @@ async def nudge(ctx: Context, req: NudgeRequest) -> Result:
         assert where.answer is not None
         base["host"] = where.host
         session, refusal = await look(ctx, where.host, where.answer["pin"])
-    if refusal is not None and refusal.get("code") == P.NOT_LIVE and req.create_if_missing:
+    if refusal is not None and refusal.get("code") in (P.NOT_LIVE, P.SESSION_EXITED) and req.create_if_missing:
         if (occupied := await _occupied(ctx, req)) is not None:
             return _decided(ctx, base, req.text, occupied)
         return await _create(ctx, req, actor, base)

@@ -189,6 +189,10 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
 
         where = await address(ctx, req.host, req.id)
         host, resolved, unresolved, redirect = where.host, where.answer, where.error, where.redirect
+        if unresolved is not None:
+            from drover.ops import gone
+
+            unresolved = await gone.explain(ctx, req.host, req.id, unresolved)  # a dead worker is not a typo
         route = ctx.route(host) if resolved is not None else None
     if resolved is not None:
         options.update(identity=resolved["identity"], pin=resolved["pin"], receiver_msg_id=str(uuid.uuid4()))

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from drover.errors import DroverError, ExitCode
 from drover.fleet import LOCAL
-from drover.ops import live_state
+from drover.ops import live_state, sightings
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host, fan_exit, fan_out
 from drover.remote import protocol as P
@@ -58,6 +58,7 @@ async def sessions_list(ctx: Context, req: ListRequest) -> Result:
             continue
         found = [s for s in data.get("sessions", []) if not req.engine or s.get("engine") == req.engine]
         if req.state:
+            sightings.note_live(ctx, host, found)
             found = live_state.fold_rows(ctx, host, found, events)
         sessions += [{"host": host, **s} for s in found]
         warnings += [{"host": host, "message": w} for w in data.get("warnings", [])]
@@ -80,11 +81,14 @@ async def sessions_status(ctx: Context, req: StatusRequest) -> Result:
         data = await call_host(ctx, req.host, "status", args)
     except DroverError as exc:
         # A worker drover spawned that is gone is `exited`, with when it was last seen; a typo is still an error.
-        gone = await live_state.exited_status(ctx, req.host, req.id, exc)
-        if gone is None:
+        from drover.ops import gone
+
+        row = await gone.exited_row(ctx, req.host, req.id, exc)  # live_state's answer, with the newest sighting
+        if row is None:
             raise
-        return Result({"session": gone, "warnings": []})
+        return Result({"session": row, "warnings": []})
     warnings: list[dict[str, Any]] = []
+    sightings.note_live(ctx, req.host, [data["session"]])  # seen live now: a later "last seen" says so
     [session] = live_state.fold_rows(ctx, req.host, [data["session"]], live_state.terminal_events(ctx, warnings))
     said = [*data.get("warnings", []), *(w["message"] for w in warnings)]
     return Result({"session": {"host": req.host, **session}, "warnings": said})
@@ -131,5 +135,10 @@ async def sessions_read(ctx: Context, req: ReadRequest) -> Result:
             raise InvalidRequest(f"grep: {req.grep!r} is not a valid regular expression: {exc}") from None
     if req.since:
         args["since"] = since_ts(req.since)
-    data = await call_host(ctx, req.host, "read", args)
+    try:
+        data = await call_host(ctx, req.host, "read", args)
+    except DroverError as exc:
+        from drover.ops import gone
+
+        raise await gone.explain(ctx, req.host, req.id, exc, what="there is nothing live to read") from None
     return Result({"host": req.host, **data})

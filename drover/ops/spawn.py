@@ -62,6 +62,29 @@ class SpawnsRequest(Request):
     live: bool = Field(True, description="ask each host for each session's live state (one list request per host)")
 
 
+MSG_ID = re.compile(r"msg_[0-9a-f]{1,64}")
+
+
+def check_parent_msg(ctx: Context, parent_msg: str | None) -> str | None:
+    """A parent that is not a message id (msg_ + hex) is refused: a typo or a pasted tag would be kept as the
+    parent for good.  A well-formed id the record does not hold is allowed (it may be another home's), and said:
+    the warning it returns."""
+    if parent_msg is None:
+        return None
+    if not MSG_ID.fullmatch(parent_msg):
+        raise InvalidRequest(
+            f"--parent-msg {parent_msg[:80]!r} is not a message id (msg_ followed by hex digits)",
+            hint="give the id `drover send` printed, as `drover log` shows it (msg_…)",
+        )
+    try:
+        hits, _count, _stats = ctx.truth.find(parent_msg)
+    except DroverError:
+        hits = []
+    if any(getattr(h, "id", None) == parent_msg for h in hits):
+        return None
+    return f"--parent-msg {parent_msg} is not a message in this record: recorded as given"
+
+
 def default_name(cwd: str, engine: str) -> str:
     """DIR-ENGINE-xxxx, in the characters a name may hold."""
     base = re.sub(r"[^A-Za-z0-9_-]", "-", os.path.basename(cwd.rstrip("/")) or "root")[:40].lstrip("-_") or "s"
@@ -253,6 +276,7 @@ async def spawn_session(
             hint="rename the directory, or start the session by hand",
         )
     extra = check_args(args)
+    unknown_parent = check_parent_msg(ctx, parent_msg)
     # Named here, not on the host, so that even a spawn whose outcome is never recorded names its tmux session.
     name = name or default_name(cwd, engine)
     cfg = ctx.route(host).config
@@ -312,6 +336,7 @@ async def spawn_session(
         "pane": data.get("pane"),
         "server": data.get("server"),
         "pid": data.get("pid"),
+        "target": data.get("target"),
         "git": data.get("git"),
         "pretrusted": data.get("pretrusted", False),
         "parent": parent,
@@ -322,8 +347,12 @@ async def spawn_session(
     for key in ("trust_file", "trust_written", "pretrust_note", "warnings"):
         if key in data:
             result[key] = data[key]
+    if unknown_parent:
+        result["warnings"] = [*result.get("warnings", []), unknown_parent]
     # The event's own `id` is the spawn's; the session's id is `session`.
     recorded = {k: result[k] for k in ("host", "identity", "engine", "cwd", "name", "state", "reason", "pane", "server", "pid")}
+    if result.get("target"):
+        recorded["target"] = result["target"]  # session:window.pane, one more spelling `spawns --target` matches
     ctx.truth.append(_event("spawned", spawn_id, session=result["id"], actor=actor, parent=parent, git=result["git"], **recorded))
     if result["state"] != "ready":
         return result  # at a dialog: drover never answers one, and a brief would only wait behind it (or answer it)
@@ -395,7 +424,7 @@ def fold(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         if kind == "spawned":
             row["id"] = ev.get("session")
-            for key in ("identity", "name", "cwd", "state", "reason", "pane", "server", "pid", "git"):
+            for key in ("identity", "name", "cwd", "state", "reason", "pane", "server", "pid", "git", "target"):
                 row[key] = ev.get(key)
         elif kind == "spawn_failed":
             row.update(state="failed", code=ev.get("code"), reason=ev.get("message"))
@@ -460,4 +489,7 @@ async def sessions_spawns(ctx: Context, req: SpawnsRequest) -> Result:
         from drover.ops.live_state import live_spawns
 
         await live_spawns(ctx, rows, warnings)
+        from drover.ops import sightings
+
+        sightings.note(ctx, [str(r["spawn_id"]) for r in rows if r.get("state") not in ("exited", "unknown")])
     return Result({"spawns": rows, "total": total, "complete": complete, "warnings": warnings})

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import json
 import os
 import time
 from typing import Any
@@ -28,7 +27,7 @@ from pydantic import Field
 
 from drover import lifecycle
 from drover.errors import DroverError, ExitCode
-from drover.ops import exited
+from drover.ops import exited, sightings
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host, fan_out_each
 from drover.ops.live_state import own_record
@@ -41,7 +40,7 @@ NOTICE = "watch_notice"
 NOTICE_ATTEMPTS = 3
 LIVE_STATES = ("ready", "waiting")  # spawned sessions: up, or stopped at a dialog (a person may answer it)
 NEEDLES = (b'"spawn', b'"event":"done"', b'"event":"failed"', b'"event":"exited"', b'"watch_notice"')
-SEEN_FILE = "watch-seen.json"  # beside the record: when each watched session was last seen live (not the record)
+SEEN_FILE = sightings.SEEN_FILE  # beside the record: when each watched session was last seen live (not the record)
 
 
 class WatchRequest(Request):
@@ -128,29 +127,9 @@ def _message_live(identity: str, session: dict[str, Any] | None, live: set[str])
 # -- sightings --------------------------------------------------------------------------------------------------
 
 
-def _seen_path(ctx: Context) -> str:
-    return os.path.join(os.path.dirname(str(ctx.truth.path)), SEEN_FILE)
-
-
-def _load_seen(ctx: Context) -> dict[str, float]:
-    try:
-        with open(_seen_path(ctx), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return {k: float(v) for k, v in data.items() if isinstance(v, (int, float))} if isinstance(data, dict) else {}
-
-
-def _save_seen(ctx: Context, seen: dict[str, float]) -> None:
-    path = _seen_path(ctx)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(seen, f)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a sighting is evidence, not a record: losing one only makes "last seen" older
+# Kept in drover/ops/sightings.py: `ls`, `status` and `spawns` refresh the same file when they see a worker live.
+_load_seen = sightings.load
+_save_seen = sightings.save
 
 
 # -- one gone session -------------------------------------------------------------------------------------------

@@ -496,6 +496,7 @@ def spawn(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         out["id"] = discovery.pin(session)
         out["identity"] = discovery.identity(session)
         out["pid"] = session.get("pid")
+        out["target"] = session.get("target")  # NAME:W.P, recorded so `spawns --target` takes what `log` does
     else:
         out["id"] = "%s/%s" % (out["server"], pane_id)
         out["identity"] = None
