@@ -57,6 +57,14 @@ def test_a_spawned_worker_killed_before_the_wait_is_exited_not_a_typo(tmux: Tmux
     human = cli("--fleet", str(fleet), "wait", "local:w4", "local:w2", "--all", "--until", "idle")
     assert human.code == 6 and "can no longer be idle" in human.out + human.err
 
+    # One session alone (`drover wait`'s own path): the same answer.
+    one = cli("--fleet", str(fleet), "wait", "local:w4", "--until", "exited", "--json")
+    assert one.code == 0 and one.json()["data"]["state"] == "exited", one.out
+    one = cli("--fleet", str(fleet), "wait", "local:w4")
+    assert one.code == 6 and "it will not be idle" in one.err and "no longer live" in one.err, one.out + one.err
+    typo = cli("--fleet", str(fleet), "wait", "local:w44", "--until", "exited")
+    assert typo.code == 6 and "no session 'w44'" in typo.err, typo.out + typo.err
+
     # A typo is still a typo, alone or beside the gone one, before anything is waited on.
     for targets in (["local:w44", "local:w2"], ["local:w4", "local:w44"], ["local:w44", "local:w4"]):
         res = cli("--fleet", str(fleet), "wait", *targets, "--any", "--until", "exited", "--json")
@@ -86,3 +94,24 @@ def test_stalled_by_the_fleets_stall_after_and_named_as_status_names_it(tmux: Tm
     assert drover.run("sessions.status", {"id": "w9"}).data["session"]["state"] == "stalled"
     os.kill(quiet.pid, signal.SIGUSR2)
     other.wait_idle()
+
+
+def test_a_gone_workers_name_taken_by_a_newcomer_is_the_newcomer(tmux: Tmux, isolated: Path, cli: Any) -> None:
+    fleet = isolated / "fleet.toml"
+    fleet_with(fleet, {"demo": f'command = "{demo_template(isolated)}"\nready_timeout_s = 60'})
+    old = spawn_demo(cli, fleet, isolated, "w4")
+    os.kill(demo_pid(isolated / "w4.jsonl"), signal.SIGKILL)
+    wait_for(lambda: cli("ls", "--json").json()["data"]["sessions"] == [], what="w4's pane gone")
+    other = tmux.agent("w2")
+    newcomer = tmux.agent("w4")  # not spawned by drover, under the gone worker's name
+    # Both live and idle: the name means the newcomer now, never the old spawn's `exited`.
+    res = cli("--fleet", str(fleet), "wait", "local:w4", "local:w2", "--all", "--until", "idle", "--json")
+    assert res.code == 0, res.out + res.err
+    got = rows(res.json())
+    assert got["local:w4"]["state"] == "idle" and got["local:w4"]["identity"] != old["identity"]
+    assert got["local:w4"]["id"] == newcomer.id and got["local:w2"]["id"] == other.id
+    # The newcomer killed too: now there is no spawn by that name live nor gone that is it -- the old spawn is.
+    newcomer.tmux("kill-session", "-t", "w4")
+    res = cli("--fleet", str(fleet), "wait", "local:w4", "local:w2", "--any", "--until", "exited", "--json")
+    assert res.code == 0, res.out + res.err
+    assert rows(res.json())["local:w4"]["identity"] == old["identity"]
