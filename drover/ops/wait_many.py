@@ -266,10 +266,9 @@ async def sessions_wait_many(ctx: Context, req: WaitManyRequest) -> Result:
                 if r["settled"]:
                     continue  # the record settled it meanwhile
                 r.update(state=answer["state"], how=answer.get("how"))
-                for key in ("screen_state", "last_progress", "progress_evidence"):
+                for key in ("screen_state", "last_progress", "progress_evidence", "progress"):
                     if answer.get(key) is not None:
                         r[key] = answer[key]
-                _named_as_status_does(r, host, answer.get("progress"))
                 if answer.get("settled_at") is not None:
                     r.update(settled=True, reached=bool(answer.get("reached")), waited_s=answer.get("waited_s"))
             wake.set()
@@ -313,6 +312,8 @@ async def sessions_wait_many(ctx: Context, req: WaitManyRequest) -> Result:
 
 
 def _result(req: WaitManyRequest, rows: list[dict[str, Any]], errors: list[dict[str, Any]], waited: float) -> Result:
+    for r in rows:
+        _named_as_status_does(r, r["host"], r.pop("progress", None))
     reached_rows = [r for r in rows if r["reached"]]
     reached = bool(reached_rows) if req.mode == "any" else len(reached_rows) == len(rows)
     shown = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]

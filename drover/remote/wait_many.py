@@ -140,10 +140,9 @@ def wait_many(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     if mode not in ("any", "all"):
         raise HelperError(P.BAD_REQUEST, "mode must be any or all, not %r" % mode)
     timeout = float(args.get("timeout_s", 600))
-    # Each target's own stall_after (the fleet's for its engine), else the request's.
-    stall_afters = [float(w.get("stall_after_s") or args.get("stall_after_s") or 600) for w in watch]
+    # Each target's own stall_after (the fleet's for its host and engine), else the request's.
+    stall_after = {w["identity"]: float(w.get("stall_after_s") or args.get("stall_after_s") or 600) for w in watch}
     engines = [w.get("engine") for w in watch]
-    sessions = {}  # type: Dict[str, Session]
     started = time.monotonic()
     rows = [{"target": w.get("target"), "identity": w["identity"], "state": "unknown", "how": "not looked at yet"} for w in watch]
     while True:
@@ -152,15 +151,13 @@ def wait_many(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         for s in discover(profiles, []):
             by_identity.setdefault(identity(s), s)
         now = time.time()
-        for row, engine, stall_after in zip(rows, engines, stall_afters):
+        for row, engine in zip(rows, engines):
             if row.get("settled_at") is not None:
                 continue  # what it reached stands: an idle that turned busy again was still reached first
             session = by_identity.get(row["identity"])
             row.update(_state(session, engine, profiles))
-            if session is not None:
-                sessions[row["identity"]] = session
             if until == "stalled" and row["state"] == "working" and session is not None:
-                _stall(row, session, stall_after)
+                _stall(row, session, stall_after[row["identity"]])
             if _settled(row, until):
                 row["settled_at"] = now
                 row["reached"] = row["state"] == until
@@ -178,8 +175,8 @@ def wait_many(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         time.sleep(ROUND_S)
     for row in rows:
         row.setdefault("reached", False)
-        if until != "stalled" and row["state"] == "working" and row["identity"] in sessions:
-            _progress(row, sessions[row["identity"]])  # so the caller names it as `status` does (stalled or working)
+        if until != "stalled" and row["state"] == "working" and row["identity"] in by_identity:
+            _progress(row, by_identity[row["identity"]])  # so the caller names it as `status` does (stalled or not)
     return {
         "sessions": rows,
         "reached": (bool(reached) if mode == "any" else len(reached) == len(rows)),
