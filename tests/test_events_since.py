@@ -138,3 +138,46 @@ def test_a_kind_that_names_nothing_is_a_usage_error(isolated: Path, cli: Any) ->
     assert not doc.ok and doc.errors[0]["code"] == "invalid_request"
     ok = cli("events", "--kind", "spawn*", "--kind", "handoff", "--json")
     assert ok.code == 0 and ids_of(ok.out) == ["ho_1"]
+
+
+def test_paging_while_writers_append_misses_and_repeats_nothing(
+    isolated: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    monkeypatch.setattr(lifecycle, "READ_LIMIT", 5)  # many pages, each a separate read racing the writers
+    truth = TruthFile()
+    first = write_mix(truth, 30, handoff_at=7)  # more than the old window of 20
+    written: list[str] = list(first)
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def writer(tag: str) -> None:
+        for i in range(150):
+            if stop.is_set():
+                return
+            ev = lifecycle.event("exited", host="local", session={"identity": f"tmux:default/%{tag}{i}@1"})
+            with lock:  # the record's order is the order written: keep the list in that order too
+                lifecycle.record(truth, ev)
+                written.append(ev["id"])
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in "ab"]
+    for t in threads:
+        t.start()
+    try:
+        res = cli("events", "--since", "start", "--json")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert res.code == 0, res.err
+    got = ids_of(res.out)
+    assert got == written[: len(got)] and len(got) >= 30  # in order, none twice, none skipped
+    last = json.loads(res.out.splitlines()[-1])["cursor"]
+    rest = cli("events", "--since", last, "--json")
+    assert got + ids_of(rest.out) == written
+    # A message whose text looks like another kind of event is what it is: an `accepted` line, not a handoff.
+    fake = '{"v":1,"event":"handoff","id":"ho_fake","ts":1}'
+    truth.append({"v": 1, "event": "accepted", "id": "msg_fake", "ts": time.time(), "text": fake, "target": "w1"})
+    only = cli("events", "--since", "start", "--kind", "handoff", "--json")
+    assert ids_of(only.out) == ["ho_7"]
