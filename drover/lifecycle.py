@@ -18,6 +18,8 @@ of two writers racing on one key exactly one writes.
 record only grows, so everything after a cursor is what happened after the event it names; a reader killed
 between two events resumes from the last cursor it printed and misses and repeats nothing.  A cursor of another
 record (the file was replaced: another inode, or an offset past its end) is refused, never replayed from a guess.
+The cursor of "no record yet" (`0:0`, what `start` and `end` are before the first event) is valid: it means the
+start of whatever record appears, so a follower can be started on a fresh home and given the first event.
 """
 
 from __future__ import annotations
@@ -150,6 +152,9 @@ class Cursor:
         return f"{self.inode}:{self.offset}"
 
 
+NO_RECORD = Cursor(0, 0)  # the cursor given while there is no truth file yet
+
+
 def _bad_cursor(text: str, why: str) -> InvalidRequest:
     return InvalidRequest(
         f"the cursor {text!r} {why}",
@@ -178,10 +183,8 @@ def parse_cursor(truth: TruthFile, text: str | None) -> Cursor:
     if not sep or not head.isdigit() or not tail.isdigit() or len(head) > 20 or len(tail) > 20:
         raise _bad_cursor(text, "is not INODE:OFFSET, start or end")
     cur = Cursor(int(head), int(tail))
-    if (cur.inode, cur.offset) == (0, 0):
-        # The cursor drover gives while there is no record yet (`end` of nothing): the start of the record that
-        # exists now -- a coordinator's stream can begin before the first event (read_forward allows it too).
-        return Cursor(inode, 0)
+    if cur == NO_RECORD:
+        return cur  # "no record yet": the start of whichever record there is now (see the module's doc)
     if st is None or cur.inode != inode:
         raise _bad_cursor(text, "is of another record (the truth file was replaced or moved)")
     if cur.offset > size:
@@ -203,7 +206,7 @@ def read_forward(truth: TruthFile, cursor: Cursor, limit: int = READ_LIMIT) -> t
         if os.fstat(fd).st_ino != cursor.inode and cursor.offset:
             raise _bad_cursor(str(cursor), "is of another record (the truth file was replaced while reading)")
         inode = os.fstat(fd).st_ino
-        pos = cursor.offset
+        pos = cursor.offset  # NO_RECORD (0:0): the record that appeared since, from its start
         carry = b""
         while pos < end and len(out) < limit:
             block = os.pread(fd, min(1 << 20, end - pos), pos)

@@ -152,7 +152,7 @@ def wait(
             "--stall-after",
             metavar="DURATION",
             parser=duration,
-            help="--until stalled: working, no new transcript entry this long (10m)",
+            help="--until stalled: working, no progress this long (default: the fleet's stall_after)",
         ),
     ] = None,
     timeout: WaitTimeoutOpt = 600.0,

@@ -20,6 +20,7 @@ from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, app, common, e
 from drover.cli.state import environment
 from drover.environment import Environment
 from drover.errors import UsageError
+from drover.lifecycle import READ_LIMIT
 
 # One request of a follower; the next starts where it ended.  Short, so a reader gone while the record is quiet
 # (`| head -3` after its third line) is noticed within it: between two requests, stdout is looked at.
@@ -92,7 +93,10 @@ def events(
     since: Annotated[
         str | None, typer.Option("--since", metavar="CURSOR", help="a cursor drover printed (INODE:OFFSET), start or end")
     ] = None,
-    limit: Annotated[int | None, typer.Option("-n", "--limit", min=1, max=10000, help="the last N events (default 20)")] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option("-n", "--limit", min=1, max=10000, help="the last N events (default 20); with --since: at most N"),
+    ] = None,
     kinds: Annotated[
         list[str] | None, typer.Option("--kind", help="only events of this kind (accepted, outcome, spawned, done, spawn*)")
     ] = None,
@@ -103,18 +107,20 @@ def events(
 ) -> None:
     """The record's events (messages, outcomes, spawns, handoffs, done/failed/exited/stalled), each with its cursor.
 
-    Without --since: the last N. With --follow: from the end (or after the last N, with -n), then each event as it is
+    Without --since: the last N. With --since: every event from the cursor on (at most N with -n; then stderr says
+    where to read on). With --follow: from the end (or after the last N, with -n), then each event as it is
     written. A follower killed and restarted with `--since` and the last cursor it printed misses and repeats nothing.
     """
     common(fleet, actor, debug)
     kinds = kinds or None
-    if not follow:
-        payload: dict[str, Any] = {"since": since, "limit": limit or 20, "kinds": kinds}
-        doc = run("events.read", payload)
+    if not follow and since is None:
+        doc = run("events.read", {"limit": limit or 20, "kinds": kinds})
         if doc.data is None or doc.errors:
             _fail(doc)
         _emit(doc.data["events"], as_json)
         raise typer.Exit(doc.exit_code)
+    if not follow:
+        _since(since, limit, kinds, as_json)
     cursor = since
     if cursor is None:
         if limit is None:
@@ -134,6 +140,29 @@ def events(
             _fail(doc)  # the record replaced under us: one line, exit 2
         _emit(doc.data["events"], as_json)
         cursor = doc.data["cursor"]
+
+
+def _since(since: str | None, limit: int | None, kinds: list[str] | None, as_json: bool) -> None:
+    """--since without --follow: every wanted event from the cursor to the end of the record, paged; with -n N at
+    most N, and then a line on stderr with the cursor to resume from (the last printed event's own cursor)."""
+    cursor = since
+    left = limit
+    while True:
+        page = min(left, READ_LIMIT) if left is not None else READ_LIMIT
+        doc = run("events.read", {"since": cursor, "limit": page, "kinds": kinds})
+        if doc.data is None or doc.errors:
+            _fail(doc)
+        _emit(doc.data["events"], as_json)
+        cursor = doc.data["cursor"]
+        if left is not None:
+            left -= len(doc.data["events"])
+        if not doc.data.get("more"):
+            raise typer.Exit(0)
+        if left is not None and left <= 0:
+            render.err().print(
+                Text(f"drover: more events after {cursor}: drover events --since {cursor} to read on"), soft_wrap=True
+            )
+            raise typer.Exit(0)
 
 
 # -- drover wait A B C --any|--all ---------------------------------------------------------------------------------

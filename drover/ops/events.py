@@ -3,6 +3,8 @@ the cursor just past it -- what `drover events [--follow]` prints, and what a co
 
 A cursor is `INODE:OFFSET` (drover/lifecycle.py): a reader that prints each event's cursor and is killed resumes
 from the last one it printed and misses and repeats nothing.  Without a cursor the answer is the last N events.
+From a cursor, `limit` counts the events given (the kind filter is applied first, the record paged through as far
+as it takes), and `more` says whether wanted events remain after the answer's cursor -- a reader asks again from it.
 `wait_s` blocks (bounded) until at least one event arrives: the record's size is looked at every LOOK_S -- a stat,
 not a read -- so a waiting reader costs nothing while nothing is written.
 """
@@ -18,6 +20,7 @@ from typing import Any
 from pydantic import Field
 
 from drover import lifecycle
+from drover.errors import InvalidRequest
 from drover.ops.core import Context, Request, Result, op
 from drover.record import parse
 from drover.truth import TruthFile
@@ -32,6 +35,30 @@ class EventsRequest(Request):
     limit: int = Field(20, ge=1, le=lifecycle.READ_LIMIT, description="at most this many events")
     kinds: list[str] | None = Field(None, description="only these event kinds (accepted, outcome, spawned, done, spawn*)")
     wait_s: float = Field(0.0, ge=0, le=MAX_WAIT_S, description="with a cursor: block up to this long for an event")
+
+
+# Every kind of event drover writes to the record: a `--kind` that is none of these and no pattern matching one is a
+# typo (a follower would wait forever for it).
+RECORD_KINDS = (
+    "accepted",
+    "outcome",
+    "handoff",
+    "spawn_requested",
+    "spawned",
+    "spawn_failed",
+    "spawn_briefed",
+    "nudge_run",
+    *lifecycle.KINDS,
+)
+
+
+def check_kinds(kinds: list[str] | None) -> None:
+    for k in kinds or []:
+        if not any(fnmatch.fnmatchcase(known, k) for known in RECORD_KINDS):
+            raise InvalidRequest(
+                f"no event kind is {k!r}",
+                hint=f"name one of {', '.join(RECORD_KINDS)} (or a pattern such as spawn*)",
+            )
 
 
 def _wanted(ev: dict[str, Any], kinds: list[str] | None) -> bool:
@@ -83,10 +110,23 @@ def tail(truth: TruthFile, limit: int, kinds: list[str] | None) -> tuple[Rows, l
     return found, next_cursor
 
 
-def read(truth: TruthFile, since: str, limit: int, kinds: list[str] | None) -> tuple[Rows, lifecycle.Cursor]:
+def read(truth: TruthFile, since: str, limit: int, kinds: list[str] | None) -> tuple[Rows, lifecycle.Cursor, bool]:
+    """At most `limit` wanted events after `since`, paging through the record as far as it takes; the cursor to read
+    on from (past filtered-out lines too, unless wanted events remain: then just past the last one given); whether
+    wanted events remain."""
     cursor = lifecycle.parse_cursor(truth, since)
-    rows, nxt = lifecycle.read_forward(truth, cursor, limit)
-    return [(ev, c) for ev, c in rows if _wanted(ev, kinds)], nxt
+    out: Rows = []
+    while True:
+        rows, nxt = lifecycle.read_forward(truth, cursor, lifecycle.READ_LIMIT)
+        for ev, c in rows:
+            if not _wanted(ev, kinds):
+                continue
+            if len(out) >= limit:
+                return out, out[-1][1], True
+            out.append((ev, c))
+        if len(rows) < lifecycle.READ_LIMIT:
+            return out, nxt, False
+        cursor = nxt
 
 
 def _size(truth: TruthFile) -> tuple[int, int] | None:
@@ -105,6 +145,8 @@ def _size(truth: TruthFile) -> tuple[int, int] | None:
 )
 async def events_read(ctx: Context, req: EventsRequest) -> Result:
     truth = ctx.truth
+    check_kinds(req.kinds)
+    more: bool | None = None
     if req.since is None:
         rows, nxt = tail(truth, req.limit, req.kinds)
     else:
@@ -112,11 +154,14 @@ async def events_read(ctx: Context, req: EventsRequest) -> Result:
         since = req.since
         while True:
             seen = _size(truth)
-            rows, nxt = read(truth, since, req.limit, req.kinds)
+            rows, nxt, more = read(truth, since, req.limit, req.kinds)
             since = str(nxt)  # past what was read, filtered out or not: a waiter never reads a line twice
             if rows or time.monotonic() >= deadline:
                 break
             while _size(truth) == seen and time.monotonic() < deadline:
                 await asyncio.sleep(LOOK_S)
     events = [{"cursor": str(c), "event": ev} for ev, c in rows]
-    return Result({"events": events, "cursor": str(nxt), "record": str(truth.path)})
+    data: dict[str, Any] = {"events": events, "cursor": str(nxt), "record": str(truth.path)}
+    if more is not None:
+        data["more"] = more  # from a cursor: wanted events remain after `cursor`
+    return Result(data)

@@ -103,7 +103,20 @@ async def sessions_status(ctx: Context, req: StatusRequest) -> Result:
 async def sessions_wait(ctx: Context, req: WaitRequest) -> Result:
     args = {"target": req.id, "until": req.until, "timeout_s": req.timeout_s}
     # The host does the waiting; the request only needs to outlive it.
-    data = await call_host(ctx, req.host, "wait", args, timeout=req.timeout_s + ctx.timeout(req.host))
+    try:
+        data = await call_host(ctx, req.host, "wait", args, timeout=req.timeout_s + ctx.timeout(req.host))
+    except DroverError as exc:
+        # A worker drover spawned that is gone is exited before the wait begins (as `status` says), not a typo.
+        gone = await live_state.exited_status(ctx, req.host, req.id, exc)
+        if gone is None:
+            raise
+        how = f"a session drover spawned ({gone.get('spawn_id')}), no longer live on its host"
+        data = {"host": req.host, "until": req.until, "reached": req.until == "exited", "state": "exited"}
+        data.update(how=how, waited_s=0.0, session=gone)
+        if data["reached"]:
+            return Result(data)
+        message = f"{req.id} had exited before the wait began ({how}): it can no longer be {req.until}"
+        return Result(data, [{"code": P.SESSION_EXITED, "message": message, "host": req.host}], ExitCode.TARGET)
     data = {"host": req.host, "until": req.until, **data}
     if data.get("reached"):
         return Result(data)

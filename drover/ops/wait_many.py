@@ -19,7 +19,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from drover import lifecycle
+from drover import session_state as S
 from drover.errors import DroverError, ExitCode, InvalidRequest, exit_code_of
+from drover.ops import live_state
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host, fan_out_each
 from drover.ops.live_state import own_record
@@ -37,7 +39,7 @@ class WaitManyRequest(Request):
     until: Literal["idle", "done", "exited", "stalled", "waiting"] = Field("idle", description="the state to wait for")
     timeout_s: float = Field(600.0, gt=0, le=86400, description="give up after this many seconds (exit 9)")
     stall_after_s: float | None = Field(
-        None, gt=0, le=86400, description="until=stalled: working with no new transcript entry this long (default 600)"
+        None, gt=0, le=86400, description="until=stalled: working with no progress this long (default: the fleet's stall_after)"
     )
 
 
@@ -90,6 +92,18 @@ def _look_at_record(ctx: Context, rows: list[dict[str, Any]], until: str) -> boo
     return changed
 
 
+def _named_as_status_does(row: dict[str, Any], host: str, progress: Any) -> None:
+    """A working row's state by the function `status` uses (session_state.fold) on the same progress evidence and
+    the same stall_after: a session status calls stalled is stalled here too, never `working`."""
+    if row["state"] not in ("working", "stalled") or not isinstance(progress, dict) or row.get("settled"):
+        return
+    facts = {"state": "busy", "progress": progress, "engine": row.get("engine")}
+    folded = S.fold(facts, host=host, stall_after=row["_stall_after"])
+    if folded["state"] == "stalled" and row["state"] == "working":
+        quiet = folded["evidence"].get("no_progress_for")
+        row.update(state="stalled", how=f"working, and its last progress is {quiet:.0f}s old ({row.get('progress_evidence')})")
+
+
 def _finished(rows: list[dict[str, Any]], mode: str) -> bool:
     if mode == "any":
         return any(r["reached"] for r in rows) or all(r["settled"] for r in rows)
@@ -103,6 +117,8 @@ async def _resolve(ctx: Context, by_host: dict[str, list[str]], errors: list[dic
     answers = await fan_out_each(ctx, list(by_host), one)
     out: dict[str, list[dict[str, Any]]] = {}
     for host, data, err in answers:
+        if err is not None and err.code == P.SESSION_NOT_FOUND:
+            data, err = await _resolve_past_the_gone(ctx, host, by_host[host], err)
         if err is not None and err.exit_code in (ExitCode.TARGET, ExitCode.USAGE):
             raise err  # a target that names nothing (or names two) is an error before any waiting
         if err is not None:
@@ -116,8 +132,58 @@ async def _resolve(ctx: Context, by_host: dict[str, list[str]], errors: list[dic
                 for t in by_host[host]
             ]
             continue
-        out[host] = [_row_of(host, r) for r in data["sessions"]]
+        out[host] = [r if r.get("_gone") else _row_of(host, r) for r in data["sessions"]]
     return out
+
+
+def _gone_row(host: str, target: str, gone: dict[str, Any]) -> dict[str, Any]:
+    """A target that is a session drover spawned, no longer live: exited from the start, with status's evidence."""
+    seen = gone.get("last_seen")
+    how = f"a session drover spawned ({gone.get('spawn_id')}), no longer live on its host"
+    if isinstance(seen, (int, float)):
+        how += f"; last seen {time.strftime('%H:%M:%S', time.localtime(seen))}"
+    return {
+        "host": host,
+        "target": target,
+        "id": gone.get("id"),
+        "name": gone.get("name"),
+        "engine": gone.get("engine"),
+        "identity": gone.get("identity"),
+        "state": "exited",
+        "how": how,
+        "evidence": gone.get("evidence"),
+        "reached": False,
+        "settled": False,  # settled once the record has been looked at (a `done` it left counts for --until done)
+        "_gone": True,
+        "_session": gone,
+    }
+
+
+async def _resolve_past_the_gone(
+    ctx: Context, host: str, targets: list[str], err: DroverError
+) -> tuple[dict[str, Any] | None, DroverError | None]:
+    """A host's resolve failed on a name it does not know: the targets that are sessions drover spawned and that are
+    gone (what `status` calls exited, live_state.exited_status) are rows of their own, and the rest is resolved
+    again -- so a typo among them is still "no session", before anything is waited on."""
+    gone: dict[str, dict[str, Any]] = {}
+    for t in targets:
+        if live_state.spawned_named(ctx, host, t) is None:
+            continue  # no spawn bore this name: not worth asking the host
+        row = await live_state.exited_status(ctx, host, t, err)
+        if row is not None:
+            gone[t] = row
+    if not gone:
+        return None, err
+    rest = [t for t in targets if t not in gone]
+    by_target: dict[str, dict[str, Any]] = {}
+    if rest:
+        try:
+            data = await call_host(ctx, host, "wait_many", {"resolve": True, "targets": rest})
+        except DroverError as exc:
+            return None, exc
+        by_target = dict(zip(rest, data["sessions"], strict=True))
+    rows = [_gone_row(host, t, gone[t]) if t in gone else by_target[t] for t in targets]
+    return {"sessions": rows}, None
 
 
 @op(
@@ -153,6 +219,17 @@ async def sessions_wait_many(ctx: Context, req: WaitManyRequest) -> Result:
                 hint="name each session once",
             )
         twice[key] = r
+    gone = [r for r in rows if r.get("_gone")]
+    if gone:
+        # Exited before the wait began: for --until done the record may say it finished first (a `done` it left).
+        if req.until == "done":
+            _look_at_record(ctx, gone, req.until)
+        for r in gone:
+            if not r["settled"]:
+                r.update(settled=True, reached=req.until == "exited")
+    for r in rows:
+        # The fleet's stall_after for the session's host and engine (what `status` uses), unless the request says.
+        r["_stall_after"] = req.stall_after_s or ctx.fleet.stall_after(r["host"], r.get("engine"))
     started = time.monotonic()
     deadline = started + req.timeout_s
     host_until = "exited" if req.until == "done" else req.until
@@ -168,7 +245,10 @@ async def sessions_wait_many(ctx: Context, req: WaitManyRequest) -> Result:
             # `all` of a host's targets can be judged on the host; for `done` the host reports exits, one at a time.
             mode = req.mode if req.until != "done" else "any"
             args = {
-                "watch": [{"target": r["target"], "identity": r["identity"], "engine": r["engine"]} for r in left],
+                "watch": [
+                    {"target": r["target"], "identity": r["identity"], "engine": r["engine"], "stall_after_s": r["_stall_after"]}
+                    for r in left
+                ],
                 "until": host_until,
                 "mode": mode,
                 "timeout_s": remaining,
@@ -192,7 +272,7 @@ async def sessions_wait_many(ctx: Context, req: WaitManyRequest) -> Result:
                 if r["settled"]:
                     continue  # the record settled it meanwhile
                 r.update(state=answer["state"], how=answer.get("how"))
-                for key in ("screen_state", "last_progress", "progress_evidence"):
+                for key in ("screen_state", "last_progress", "progress_evidence", "progress"):
                     if answer.get(key) is not None:
                         r[key] = answer[key]
                 end = pulled(answer.get("event"), host)
@@ -246,6 +326,8 @@ async def sessions_wait_many(ctx: Context, req: WaitManyRequest) -> Result:
 
 
 def _result(req: WaitManyRequest, rows: list[dict[str, Any]], errors: list[dict[str, Any]], waited: float) -> Result:
+    for r in rows:
+        _named_as_status_does(r, r["host"], r.pop("progress", None))
     reached_rows = [r for r in rows if r["reached"]]
     reached = bool(reached_rows) if req.mode == "any" else len(reached_rows) == len(rows)
     shown = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
@@ -263,8 +345,14 @@ def _result(req: WaitManyRequest, rows: list[dict[str, Any]], errors: list[dict[
         return Result(data, errors, exit_code_of(errors[0]["code"]))
     exited = [r for r in rows if r["settled"] and not r["reached"]]
     if exited and (req.mode == "all" or len(exited) == len(rows)):
-        names = ", ".join(f"{r['host']}:{r['target']}" for r in exited)
-        error = {"code": P.SESSION_EXITED, "message": f"{names} exited while waiting for {req.until}"}
+        during = [f"{r['host']}:{r['target']}" for r in exited if not r.get("_gone")]
+        before = [f"{r['host']}:{r['target']} ({r['how']})" for r in exited if r.get("_gone")]
+        said = []
+        if before:
+            said.append(f"{', '.join(before)} had exited before the wait began: it can no longer be {req.until}")
+        if during:
+            said.append(f"{', '.join(during)} exited while waiting for {req.until}")
+        error = {"code": P.SESSION_EXITED, "message": "; ".join(said)}
         return Result(data, [error], ExitCode.TARGET)
     waiting = [f"{r['host']}:{r['target']} ({r['state']})" for r in rows if not r["reached"]]
     error = {"code": P.WAIT_TIMEOUT, "message": f"after {req.timeout_s:g}s still not {req.until}: {', '.join(waiting)}"}

@@ -69,17 +69,33 @@ def last_progress(session: Session) -> Tuple[Optional[float], Optional[str]]:
 
 
 def _stall(row: Dict[str, Any], session: Session, stall_after: float) -> None:
-    """A working session whose transcript has shown nothing new for `stall_after` seconds is stalled; with no
-    transcript to read there is no evidence, and it stays working (never stalled on a guess)."""
-    ts, path = last_progress(session)
-    row["progress_evidence"] = path
-    row["last_progress"] = ts
-    if ts is None:
+    """A working session whose last progress is more than `stall_after` seconds old is stalled.  The evidence is
+    what `drover status` judges by (progress.py: the engine's own record, else the pane's last output), so the two
+    never disagree; with no evidence at all it stays working (never stalled on a guess)."""
+    ts, path, evidence = _progress(row, session)
+    if not isinstance(ts, (int, float)):
         row["how"] = (row.get("how") or "") + "; no progress evidence to judge a stall by (%s)" % (path or "no transcript")
         return
     quiet = time.time() - ts
-    if quiet >= stall_after:
-        row.update(state="stalled", how="working, and its transcript's last entry is %.0fs old (%s)" % (quiet, path))
+    if quiet > stall_after:
+        row.update(state="stalled", how="working, and its last progress is %.0fs old (%s)" % (quiet, evidence))
+
+
+def _progress(row: Dict[str, Any], session: Session) -> Tuple[Any, Optional[str], Optional[str]]:
+    """The session's progress as `status` reads it, put in the row: (its time, the record's path, the evidence)."""
+    from . import progress
+
+    try:
+        prog = progress.of(session)
+    except OSError as exc:
+        prog = {"source": None, "last_progress": None, "error": str(exc)}
+    ts = prog.get("last_progress")
+    path = progress._record_of(session)[0] if prog.get("source") not in (None, "pane") else None
+    evidence = path or ("the pane's last output" if prog.get("source") == "pane" else None)
+    row["progress"] = prog
+    row["progress_evidence"] = evidence
+    row["last_progress"] = ts
+    return ts, path, evidence
 
 
 def _state(session: Optional[Session], engine: Any, profiles: Profiles) -> Dict[str, Any]:
@@ -152,7 +168,8 @@ def wait_many(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     if mode not in ("any", "all"):
         raise HelperError(P.BAD_REQUEST, "mode must be any or all, not %r" % mode)
     timeout = float(args.get("timeout_s", 600))
-    stall_after = float(args.get("stall_after_s") or 600)
+    # Each target's own stall_after (the fleet's for its host and engine), else the request's.
+    stall_after = {w["identity"]: float(w.get("stall_after_s") or args.get("stall_after_s") or 600) for w in watch}
     engines = [w.get("engine") for w in watch]
     started = time.monotonic()
     rows = [{"target": w.get("target"), "identity": w["identity"], "state": "unknown", "how": "not looked at yet"} for w in watch]
@@ -181,7 +198,7 @@ def wait_many(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
                 continue
             row.update(_state(session, engine, profiles))
             if until == "stalled" and row["state"] == "working" and session is not None:
-                _stall(row, session, stall_after)
+                _stall(row, session, stall_after[row["identity"]])
             if _settled(row, until):
                 row["settled_at"] = now
                 row["reached"] = row["state"] == until
@@ -199,6 +216,8 @@ def wait_many(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         time.sleep(ROUND_S)
     for row in rows:
         row.setdefault("reached", False)
+        if until != "stalled" and row["state"] == "working" and row["identity"] in by_identity:
+            _progress(row, by_identity[row["identity"]])  # so the caller names it as `status` does (stalled or not)
     return {
         "sessions": rows,
         "reached": (bool(reached) if mode == "any" else len(reached) == len(rows)),
