@@ -15,7 +15,7 @@ import pytest
 
 from drover.remote.text import envelope, from_name
 from drover.self_session import machine_name
-from tests.conftest import Pane, Tmux, remote_agent, wait_for
+from tests.conftest import Pane, Tmux, remote_agent, stays, wait_for
 from tests.support.sshfleet import SSHFleet
 from tests.test_daemon import persistent as persistent_mode  # the fixture: persistent mode, its daemons stopped after
 
@@ -124,7 +124,8 @@ def test_a_worker_spawned_from_a_session_reports_done_to_it_naming_itself(cli: A
     assert [ln for ln in lines if ln.startswith("[drover")] == [lines[0]]
     assert "  [drover done] worker-9@evil: everything is fine" in lines
     assert "  evidence: commit 1a2b3c4" in lines
-    assert f"  reply: drover send {me}:default/{spawned['pane']} TEXT" in lines
+    # The parent is on this machine: the reply address is one it can use as it is.
+    assert f"  reply: drover send local:default/{spawned['pane']} TEXT" in lines
     # The sender named in the envelope: the worker's own session, so the coordinator can answer it.
     assert f'@ {me}:default/{spawned["pane"]}"' in report.splitlines()[0]
     done = json.loads((isolated / "done.json").read_text())["data"]
@@ -277,6 +278,43 @@ def test_done_outside_any_session_says_to_run_it_inside_one(cli: Any, tmux: Tmux
     assert res.code == 2 and "cannot be checked" in res.err, res.err
     assert pane.messages() == []
     assert not [e for e in truth_or_empty(Path(os.environ["DROVER_HOME"])) if e["event"] in ("done", "failed")]
+
+
+def test_to_this_machines_own_name_is_refused_never_taken_for_a_session_here(
+    cli: Any, coordinator: Pane, isolated: Path, tmux: Tmux
+) -> None:
+    """A brief written on another machine of the same name says `--to NAME:%N`: here that is no fleet host, and a
+    session %N here is somebody else's -- refused, nothing delivered (a stranger's find: the report landed there)."""
+    bystander = tmux.agent("bystander")
+    bad = script(
+        isolated / "bad.sh", f"{DROVER} done --summary 'done' --to {machine_name()}:{bystander.id} 2> {isolated}/bad.err"
+    )
+    spawn_worker(cli, coordinator, isolated, [bad])
+    wait_for(lambda: (isolated / "bad.err").exists() and (isolated / "bad.err").read_text(), timeout=120, what="the refusal")
+    err = (isolated / "bad.err").read_text()
+    assert "is this machine's own name, not a host" in err and f"local:{bystander.id}" in err, err
+    stays(lambda: bystander.messages() == [], 1.0, "nothing delivered to the bystander")
+    assert not [e for e in truth(isolated) if e["event"] in ("done", "failed")]  # refused before anything is recorded
+
+
+def test_a_mistyped_to_is_corrected_by_a_rerun_with_the_right_one(cli: Any, coordinator: Pane, isolated: Path) -> None:
+    """The first report went to a session that does not exist (provably not delivered): a re-run with the right
+    --to sends the report there, once; a third run sends nothing more."""
+    typo = script(
+        isolated / "typo.sh", f"{DROVER} done --summary 'fixed' --to local:coordinatorx; echo rc=$? > {isolated}/typo.rc"
+    )
+    right = script(
+        isolated / "right.sh", f"{DROVER} done --summary 'fixed' --to local:{coordinator.address} --json > {isolated}/right.json"
+    )
+    again = script(isolated / "again.sh", f"{DROVER} done --summary 'fixed' --json > {isolated}/again.json")
+    worker_log = spawn_worker(cli, coordinator, isolated, [typo, right, again])
+    wait_for(lambda: (isolated / "again.json").exists() and (isolated / "again.json").read_text(), timeout=120, what="the runs")
+    assert (isolated / "typo.rc").read_text().strip() == "rc=6"
+    assert json.loads((isolated / "right.json").read_text())["data"]["report"]["outcome"] == "delivered"
+    wait_for(lambda: reports(coordinator.log), timeout=60, what="the report")  # type: ignore[arg-type]
+    stays(lambda: len(reports(coordinator.log)) == 1, 1.0, "one report")  # type: ignore[arg-type]
+    assert len([e for e in truth(isolated) if e["event"] == "done"]) == 1
+    assert tools(worker_log)
 
 
 def truth_or_empty(home: Path) -> list[dict[str, Any]]:

@@ -87,6 +87,25 @@ def _report_of(ctx: Context, event_id: str) -> str | None:
     return None
 
 
+def _never_arrived(ctx: Context, msg_id: str) -> bool:
+    """Is this earlier report provably not delivered: refused, dropped or failed, with nothing that may have
+    reached the receiver (no paste, not indeterminate)?  Then a re-run sends a new one instead of finishing it."""
+    hits, _count, _stats = ctx.truth.find(msg_id)
+    m = hits[0] if hits else None
+    if m is None or m.outcome not in (P.FAILED, P.REFUSED, P.DROPPED):
+        return False
+    return not (m.indeterminate or m.pasted or m.uncertain)
+
+
+def _reply_to(me: SelfSession, parent: tuple[str, str]) -> str:
+    """How the parent answers: `local:PIN` when it is on this machine; else this machine's name, which the parent's
+    fleet must know it by (said, since drover cannot know what another machine's fleet calls this one)."""
+    pin = me.address.partition(":")[2]
+    if parent[0] == LOCAL:
+        return f"local:{pin}"
+    return f"{me.address} (as your fleet names machine {me.machine})"
+
+
 async def _checked_session(ctx: Context, me: SelfSession | None, why: str, named: str | None) -> SelfSession:
     if named is None:
         if me is None:
@@ -123,9 +142,17 @@ async def _checked_session(ctx: Context, me: SelfSession | None, why: str, named
 def _parent_of(ctx: Context, req: DoneRequest, requested: dict[str, Any] | None) -> tuple[str, str] | None:
     """(host, id) to report to: --to, else the spawn's parent session (on this machine: `local`)."""
     if req.to:
-        head, sep, rest = req.to.partition(":")
+        head, sep, _rest = req.to.partition(":")
         if sep and head == machine_name() and head not in ctx.fleet.host_names():
-            return LOCAL, rest  # this machine's own name, as a parent's address gives it
+            # Never a guess: a brief written on another machine of the same name (containers, a fleet of clones)
+            # would have the report delivered to whatever session bears that id here.
+            raise UsageError(
+                f"--to {req.to}: {head!r} is this machine's own name, not a host of this machine's fleet: drover does "
+                "not guess which machine it means",
+                code=P.USAGE_ERROR,
+                hint=f"a session on this machine is local:{_rest}; one on another machine is HOST:ID with HOST as "
+                "this machine's fleet names that machine (`drover fleet show`)",
+            )
         target = parse(req.to, ctx.fleet)
         return target.host, target.id
     parent = (requested or {}).get("parent")
@@ -164,8 +191,9 @@ async def sessions_done(ctx: Context, req: DoneRequest) -> Result:
     since = float(requested["ts"]) if requested and isinstance(requested.get("ts"), (int, float)) else None
     ev, written = lifecycle.record_once(ctx.truth, ev, key, since_ts=since)
     fault("after_done_recorded")
-    if not written and isinstance(ev.get("report_to"), str) and ":" in ev["report_to"]:
-        # The end stands as first recorded, and so does where its report goes (a re-run may not repeat --to).
+    if not written and not req.to and isinstance(ev.get("report_to"), str) and ":" in ev["report_to"]:
+        # The end stands as first recorded, and so does where its report goes (a re-run need not repeat --to; a
+        # re-run that gives one corrects a report that provably never arrived, below).
         host, _, ident = ev["report_to"].partition(":")
         parent = (host, ident)
     data: dict[str, Any] = {
@@ -190,9 +218,11 @@ async def sessions_done(ctx: Context, req: DoneRequest) -> Result:
             data["detail"] = "another drover done is sending this report right now: it is not sent twice"
             return Result(data, [{"code": P.BUSY, "message": data["detail"]}], ExitCode.REFUSED)
         first = _report_of(ctx, ev["id"])
+        if first is not None and _never_arrived(ctx, first):
+            first = None  # refused or failed before it reached anyone (a mistyped --to, say): a new report, once
         if first is None:
             who = f"{me.name}@{me.machine}"
-            text = report_text(ev["event"], who, ev.get("summary"), list(ev.get("evidence") or []), me.address)
+            text = report_text(ev["event"], who, ev.get("summary"), list(ev.get("evidence") or []), _reply_to(me, parent))
             tags = {"terminal": ev["event"], "lifecycle": ev["id"], "spawn": spawn_id}
             request = MessageRequest(host=parent[0], id=parent[1], text=text, actor=actor)
             sent = await sessions_message(ctx, request, tags=tags, sender=me)

@@ -177,6 +177,12 @@ def snapshot_text(
             f"when the task is finished, report to the session that dispatched you ({where}) by running: {report} "
             "(add --failed if it could not be done, --evidence TEXT for what shows it).\n"
         )
+        if host != LOCAL:
+            machine = parent_session.get("machine") or parent_session.get("host")  # type: ignore[union-attr]
+            text += (
+                f"({machine} is the dispatching machine's own name: if this host's drover fleet names it otherwise, "
+                "use that name in --to.)\n"
+            )
     return text
 
 
