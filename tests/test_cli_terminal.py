@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import Tmux
+from tests.conftest import Tmux, wait_for
 
 # A window title, a screen clear, an OSC 52 clipboard write, a one-byte C1 CSI, a carriage return, a bell,
 # a bidi override: all text a sender (or a transcript, or a directory name) can carry.
@@ -81,6 +81,8 @@ def test_status_and_ls_render_a_hostile_directory_name_visibly(cli: Any, tmux: T
     workdir = isolated / "repo\x1b]0;pwned\x07\x1b[31m"
     workdir.mkdir()
     shell = tmux.start("hostile-dir", f"cd '{workdir}' && exec sleep 600")
+    # Until the shell has run its `cd` (under load, a look may come first), the pane's directory is not that one.
+    wait_for(lambda: cli("status", shell.id, "--json").json()["data"]["session"]["cwd"] == str(workdir), what="the cd")
     status = cli("status", shell.id)
     assert status.code == 0, status.err
     no_controls(status.out + status.err)
