@@ -290,6 +290,40 @@ def test_a_message_cut_off_to_a_killed_agent_is_resolved_and_retried_to_the_succ
     stays(lambda: len(successor.messages()) == 1, 1.0, "offered once")
 
 
+def test_a_queued_message_seen_in_the_dead_agents_record_is_resolved_and_offered_to_the_successor(
+    tmux: Tmux, isolated: Path, cli: Any
+) -> None:
+    """A stranger's find: the demo agent, busy, logs a queued message as waiting (`verified` queuedBehindTurn), then
+    dies with it in its queue. It must not stay queued forever: resolved, then offered to the successor once."""
+    worker = tmux.agent("busybee", "default", "--busy-after-message", "60")
+    assert cli("send", "local:busybee", "first: keep busy").code == 0
+    wait_for(lambda: cli("status", "local:busybee", "--json").json()["data"]["session"]["screen_state"] == "busy")
+    sent = cli("send", "local:busybee", "second: the schema landed", "--json")
+    assert sent.code == 0, sent.err
+    msg = sent.json()["data"]
+    assert msg["outcome"] == "queuedBehindTurn", msg
+    wait_for(lambda: (cli("verify", msg["id"], "--json").json()["data"]["messages"] or [{}])[0].get("verified"), what="seen")
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.tmux("kill-window", "-t", worker.id, check=False)
+    rows: list[dict[str, Any]] = []
+
+    def resolved() -> bool:
+        res = watch("--json")
+        assert res.returncode == 0, res.stderr
+        rows.extend(json.loads(res.stdout)["data"]["resolved"])
+        return bool(rows)
+
+    wait_for(resolved, timeout=120, what="the queued message resolved")
+    assert [r["id"] for r in rows] == [msg["id"]] and "seen waiting" in rows[0]["detail"], rows
+    successor = tmux.agent("busybee-2")
+    assert cli("handoff", "local:busybee", "local:busybee-2").code == 0
+    offered = cli("retry", msg["id"], "--json")
+    assert offered.code == 0 and offered.json()["data"]["outcome"] == "delivered", offered.out + offered.err
+    got = wait_for(successor.messages, what="the offer")
+    assert "the schema landed" in got[0]
+    stays(lambda: len(successor.messages()) == 1, 1.0, "offered once")
+
+
 def test_a_message_queued_to_a_killed_real_claude_is_resolved(claude_lab: Any) -> None:
     s = claude_lab.start("qdie", hold=True)
     first = drover.run("sessions.message", {"id": s.name, "text": "hold this turn"}, actor="t")

@@ -28,12 +28,14 @@ SENT = (P.DELIVERED, P.QUEUED, P.HELD)
 
 
 def stranded(ctx: Context, now: float) -> list[Message]:
-    """The messages that may be stranded in a session: queued behind its turn (unverified), or accepted with no
-    outcome, within the horizon, to a resolved session (one with an identity to check)."""
+    """The messages that may be stranded in a session: queued behind its turn, or accepted with no outcome, within
+    the horizon, to a resolved session (one with an identity to check).  A queued message drover saw in the
+    receiver's own record is stranded too: seen there waiting is not taken in, and a session that died with it in
+    its queue never will (a stranger's find: it stayed queued forever, and `retry` said there was nothing to do)."""
     since = now - HORIZON_S
     queued = ctx.truth.query(limit=1000, since_ts=since, outcome=P.QUEUED).messages
     pending = ctx.truth.query(limit=1000, since_ts=since, pending=True).messages
-    out = [m for m in queued if not m.verified] + [m for m in pending if now - m.ts > SETTLE_S]
+    out = list(queued) + [m for m in pending if now - m.ts > SETTLE_S]
     return [m for m in out if m.options.get("identity")]
 
 
@@ -45,9 +47,11 @@ def resolve_gone(ctx: Context, m: Message, why: str) -> dict[str, Any] | None:
             return None  # its send (or a retry) is under way: its own outcome will say
         hits, _count, _stats = ctx.truth.find(m.id)
         now = hits[0] if hits else None
-        if now is None or not ((now.outcome == P.QUEUED and not now.verified) or now.outcome is None):
+        if now is None or not (now.outcome == P.QUEUED or now.outcome is None):
             return None
         was = "queued behind its turn" if now.outcome == P.QUEUED else "on its way (its send was cut off)"
+        if now.outcome == P.QUEUED and now.verified:
+            was += " (seen waiting in its own record)"
         detail = (
             f"not delivered: {why} while the message was {was}; it may have reached the session before it died, "
             "so it is never sent to it again -- `drover retry ID` offers it to a handoff successor"
