@@ -287,6 +287,7 @@ def test_a_message_cut_off_to_a_killed_agent_is_resolved_and_retried_to_the_succ
     assert "the schema landed" in got2[0]
     again = cli("retry", queued.data["id"], "--json")
     assert again.code == 0 and "already offered" in again.json()["data"]["detail"], again.out
+    assert again.json()["data"]["target"] == data["target"] != "doomed", again.out  # the successor, not the dead one
     stays(lambda: len(successor.messages()) == 1, 1.0, "offered once")
 
 

@@ -451,7 +451,8 @@ async def _offer(ctx: Context, m: Message, base: dict[str, Any]) -> Result:
     if done is not None:
         got = Outcome.of({"outcome": done.outcome or P.FAILED, "lane": done.lane, "code": done.code})
         got.detail = f"already offered to its successor as {done.id} ({done.outcome or 'pending'}): not sent again"
-        answer = _result(ctx, m.id, base, got, m.host, record=False)
+        # Said of the session that had the offer (a stranger's find: the line named the dead one as the receiver).
+        answer = _result(ctx, m.id, {**base, "host": done.host, "target": done.target}, got, done.host, record=False)
         answer.data["offered_as"] = done.id
         return answer
     try:
