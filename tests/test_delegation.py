@@ -113,4 +113,12 @@ def test_a_coordinator_follows_two_workers_to_their_ends(cli: Any, coordinator: 
             m for m in found.json()["data"]["messages"] if m["options"].get("session", {}).get("identity") == finisher["identity"]
         ]
         assert mine and mine[0]["text"].startswith("drover started this session: worker-a"), (spelling, found.out)
+    # worker-a, done, then gone: `status` says both, the way its task ended first (a stranger's find: only the
+    # exit was shown, the done was in --json alone).
+    os.kill(int(finisher["pid"]), signal.SIGKILL)
+    subprocess.run(["tmux", "-L", "default", "kill-window", "-t", finisher["pane"]], capture_output=True, timeout=10)
+    ended = wait_for(
+        lambda: (r := cli("status", "local:worker-a")).code == 0 and "exited" in r.out and r, timeout=60, what="exited"
+    )
+    assert "signal" in ended.out and "done" in ended.out and "schema migrated" in ended.out, ended.out
     assert log_of(coordinator_log)  # the coordinator itself stayed up throughout

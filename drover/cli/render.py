@@ -210,10 +210,13 @@ def status(data: dict[str, Any]) -> None:
     out().print(
         Text.assemble((f"{s['host']}:{s['id']}", "bold"), f"  {s.get('name', '')}  ", (state, STATE_STYLE.get(state, "")))
     )
+    terminal = (s.get("evidence") or {}).get("terminal")
     if state == "exited" and s.get("spawn_id"):
         out().print(Text(f"  {'exited':<10} last seen {ago(s.get('last_seen'))} (spawn {s['spawn_id']}, {s.get('engine')})"))
+        if terminal:  # it said it was done (or failed) before it went: that is how its task ended
+            said = f": {terminal['summary']}" if terminal.get("summary") else ""
+            out().print(Text(f"  {'signal':<10} {terminal.get('event')} {terminal.get('time')}{said}"))
         return
-    terminal = (s.get("evidence") or {}).get("terminal")
     for label, value in (
         ("since", ago(s.get("since"))),
         ("progress", progress_line(s)),
