@@ -199,6 +199,10 @@ def test_copy_mode_input_off_and_dead_panes_are_refused(tmux: Tmux) -> None:
     wait_for(lambda: dead.tmux("display-message", "-p", "-t", dead.id, "#{pane_dead}").strip() == "1", what="pane death")
     doc = drover.run("sessions.message", {"id": dead.address, "text": "anyone?", "raw": True}, actor="tester")
     assert (doc.data["outcome"], doc.data["code"]) == ("refused", "pane_dead")
+    # Without --raw too: said to be dead, never advice to use --raw on a program that is not there.
+    doc = drover.run("sessions.message", {"id": dead.address, "text": "anyone?"}, actor="tester")
+    assert (doc.data["outcome"], doc.data["code"]) == ("refused", "pane_dead"), doc.data
+    assert "--raw" not in doc.data["detail"] and "dead pane" in doc.data["detail"], doc.data
 
 
 def test_password_prompt_in_a_shell_is_refused(tmux: Tmux, isolated: Path) -> None:

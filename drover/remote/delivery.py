@@ -228,6 +228,10 @@ def _paste(
     if rec is not None and session["state"] == "waiting":
         # Claude says it waits on its human: whatever the screen looks like, an Enter could answer that.
         return tmux_lane.refusal(P.WAITING, "refused: Claude reports it is %s" % session["reason"], pane, P.WAITING)
+    if pane.get("dead"):
+        # Said before what the pane runs: a dead pane kept by remain-on-exit is a session that is gone, and advice
+        # about --raw would send a person after a program that is not there (a stranger's find).
+        return tmux_lane.refusal(P.PANE_DEAD, "%s is a dead pane: its program has exited (tmux kept the pane)" % pane["id"], pane)
     if pane["engine"] == "unknown":
         detail = (
             "%s runs %s, named like an agent but with no evidence of being one (no agent package path, no Claude "
