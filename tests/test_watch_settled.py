@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,37 @@ def test_a_worker_killed_after_its_done_has_its_report_finished_by_watch_once(
     stays(lambda: len(reports(coordinator.log)) == 1, 1.0, "one report")  # type: ignore[arg-type]
     assert "all green" in reports(coordinator.log)[0]  # type: ignore[arg-type]
     assert len([e for e in records(isolated, "accepted") if (e.get("options") or {}).get("terminal")]) == 1
+
+
+def test_two_runs_at_once_finish_a_dead_workers_report_once(cli: Any, coordinator: Pane, isolated: Path) -> None:
+    worker_log = spawn_worker(
+        cli, coordinator, isolated, [f"DROVER_FAULT=after_accept {DROVER} done --summary 'twice?' --json > {isolated}/f.json"]
+    )
+    wait_for(lambda: tools(worker_log), timeout=120, what="the done ran")
+    kill_worker(json.loads((isolated / "worker-1.spawn.json").read_text())["data"])
+    runs = [
+        subprocess.Popen([sys.executable, "-m", "drover", "watch", "run", "--json"], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [json.loads(p.communicate(timeout=300)[0])["data"] for p in runs]
+    assert sorted(len(d.get("reports") or []) for d in outs) == [0, 1], outs
+    wait_for(lambda: reports(coordinator.log), timeout=60, what="the report")  # type: ignore[arg-type]
+    stays(lambda: len(reports(coordinator.log)) == 1, 1.0, "one report")  # type: ignore[arg-type]
+
+
+def test_a_dead_workers_report_to_a_parent_that_died_too_is_tried_a_bounded_number_of_times(
+    cli: Any, coordinator: Pane, isolated: Path
+) -> None:
+    worker_log = spawn_worker(
+        cli, coordinator, isolated, [f"DROVER_FAULT=after_accept {DROVER} done --summary 'alone' --json > {isolated}/f.json"]
+    )
+    wait_for(lambda: tools(worker_log), timeout=120, what="the done ran")
+    kill_worker(json.loads((isolated / "worker-1.spawn.json").read_text())["data"])
+    coordinator.tmux("kill-window", "-t", coordinator.id, check=False)  # the parent is gone too
+    runs = [watch() for _ in range(NOTICE_ATTEMPTS + 2)]
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    tries = records(isolated, "watch_tried")
+    assert len(tries) == NOTICE_ATTEMPTS and [t["final"] for t in tries][-1] is True, tries
+    assert all("done report of local:worker-1" in r.stderr for r in runs[:NOTICE_ATTEMPTS]), [r.stderr for r in runs]
+    assert "given up after" in runs[NOTICE_ATTEMPTS - 1].stderr
+    assert [(r.stdout, r.stderr) for r in runs[NOTICE_ATTEMPTS:]] == [("", "")] * 2
