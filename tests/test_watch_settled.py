@@ -17,6 +17,7 @@ from drover.ops.watch import NOTICE_ATTEMPTS
 from tests.conftest import Pane, Tmux, stays, wait_for
 from tests.test_done import DROVER, reports, spawn_worker, tools
 from tests.test_done import coordinator as coordinator_fixture
+from tests.test_done import demo_fleet as demo_fleet_with_tools
 from tests.test_watch import demo_fleet, identity_of, kill_worker, notices_in, records, spawn, watch, with_parent
 
 coordinator = coordinator_fixture
@@ -147,3 +148,23 @@ def test_a_dead_workers_report_to_a_parent_that_died_too_is_tried_a_bounded_numb
     assert all("done report of local:worker-1" in r.stderr for r in runs[:NOTICE_ATTEMPTS]), [r.stderr for r in runs]
     assert "given up after" in runs[NOTICE_ATTEMPTS - 1].stderr
     assert [(r.stdout, r.stderr) for r in runs[NOTICE_ATTEMPTS:]] == [("", "")] * 2
+
+
+def test_a_dead_workers_report_to_a_busy_parent_waits_for_it_and_is_not_given_up(
+    cli: Any, tmux: Tmux, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet = isolated / "fleet.toml"
+    demo_fleet_with_tools(fleet, isolated)
+    monkeypatch.setenv("DROVER_FLEET", str(fleet))
+    busy = tmux.agent("coordinator", "default", "--tools", "--busy-after-message", "900")  # mid-turn from its tool on
+    worker_log = spawn_worker(
+        cli, busy, isolated, [f"DROVER_FAULT=after_accept {DROVER} done --summary 'later' --json > {isolated}/f.json"]
+    )
+    wait_for(lambda: tools(worker_log), timeout=120, what="the done ran")
+    kill_worker(json.loads((isolated / "worker-1.spawn.json").read_text())["data"])
+    runs = [watch() for _ in range(NOTICE_ATTEMPTS + 1)]
+    assert all("done report of local:worker-1" in r.stderr and "busy" in r.stderr for r in runs), [r.stderr for r in runs]
+    assert records(isolated, "watch_tried") == []  # a parent mid-turn is not a try: the report waits for it
+    [report_msg] = [e for e in records(isolated, "accepted") if (e.get("options") or {}).get("terminal")]
+    assert not [o for o in records(isolated, "outcome") if o["id"] == report_msg["id"]]
+    assert reports(busy.log) == []  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ A worker's own report finished.  A spawned worker killed right after `drover don
 report (the accepted message tagged `terminal`, `lifecycle` = the event's id) pending or indeterminate, and nobody
 runs `done` again in a dead worker: when the worker is gone, the run finishes that report through
 `messages.retry` (which looks in the receiver's record first: never twice).  A try that leaves it unsettled is a
-`watch_tried` event; after NOTICE_ATTEMPTS of them it is let be.
+`watch_tried` event; after NOTICE_ATTEMPTS of them it is let be (a parent mid-turn is not a try).
 """
 
 from __future__ import annotations
@@ -351,8 +351,12 @@ async def _finish_report(ctx: Context, row: dict[str, Any], ev: dict[str, Any], 
     try:
         res = await messages_retry(ctx, RetryRequest(id=m.id))
         out.update(outcome=(res.data or {}).get("outcome"), detail=(res.data or {}).get("detail"))
+        code = (res.data or {}).get("code")
     except DroverError as exc:
         out.update(outcome=P.FAILED, detail=exc.message)
+        code = exc.code
+    if code == P.BUSY:
+        return out  # the parent mid-turn (or a retry under way): not a try, the next run looks again
     hits = ctx.truth.find(m.id)[0]
     if not hits or _unsettled(hits[0]):
         tries = seen.tries.get(key, 0) + 1
