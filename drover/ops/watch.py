@@ -14,15 +14,9 @@ the actor, who reads the `exited` event with `drover events`): an ordinary recor
 outcome, or an uncertain one, goes through `messages.retry` (never twice); a provably failed one is sent again,
 at most NOTICE_ATTEMPTS times.  Runs take one lock for the whole look-and-write, so two at once tell one story.
 
-Said once.  A notice whose fate is settled without a message of its own (the parent's place is another session's
-now) is written as a `watch_tried` event with `final`, so the run that settled it says so and later runs (cron,
-every minute) read the record and say nothing.
-
-A worker's own report finished.  A spawned worker killed right after `drover done` recorded its end leaves the
-report (the accepted message tagged `terminal`, `lifecycle` = the event's id) pending or indeterminate, and nobody
-runs `done` again in a dead worker: when the worker is gone, the run finishes that report through
-`messages.retry` (which looks in the receiver's record first: never twice).  A try that leaves it unsettled is a
-`watch_tried` event; after NOTICE_ATTEMPTS of them it is let be (a parent mid-turn is not a try).
+Said once, and a worker's own report finished: a notice settled with no message of its own (the parent's place is
+another session's now) is a `watch_tried` event, so later runs say nothing; a dead worker's `drover done` report
+left cut off is finished through `messages.retry` (drover/ops/watch_tries.py).
 """
 
 from __future__ import annotations
@@ -43,14 +37,13 @@ from drover.ops.done import INDENT
 from drover.ops.hosts import call_host, fan_out_each
 from drover.ops.live_state import own_record
 from drover.ops.spawn import fold
+from drover.ops.watch_tries import NOTICE_ATTEMPTS, Seen, cut_off_reports, finish_report, tried
 from drover.record import now_iso
 from drover.remote import protocol as P
 from drover.remote.faults import fault
 
 NOTICE = "watch_notice"
-NOTICE_ATTEMPTS = 3
 LIVE_STATES = ("ready", "waiting")  # spawned sessions: up, or stopped at a dialog (a person may answer it)
-TRIED = "watch_tried"  # the record of a try that settled nothing by itself (or settled a notice with no message)
 NEEDLES = (
     b'"spawn',
     b'"event":"done"',
@@ -70,43 +63,6 @@ class WatchRequest(Request):
 
 
 # -- the record -------------------------------------------------------------------------------------------------
-
-
-class Seen:
-    """What one backward pass over the record found (lines with none of the NEEDLES are passed over unparsed)."""
-
-    def __init__(self, found: list[dict[str, Any]]) -> None:
-        self.found = found
-        # the report message of each lifecycle event (drover done's: tagged terminal, lifecycle = the event's id)
-        self.reports = {
-            str((ev.get("options") or {}).get("lifecycle")): str(ev["id"])
-            for ev in found
-            if ev.get("event") == "accepted" and (ev.get("options") or {}).get("terminal")
-        }
-        self.tries: dict[str, int] = {}
-        self.final: set[str] = set()
-        for ev in found:
-            if ev.get("event") == TRIED and isinstance(ev.get("key"), str):
-                self.tries[ev["key"]] = self.tries.get(ev["key"], 0) + 1
-                if ev.get("final"):
-                    self.final.add(ev["key"])
-
-
-def _tried(ctx: Context, key: str, row: dict[str, Any], final: bool) -> None:
-    """Write down a try that settled nothing in the record by itself (so later runs can count it, or say nothing)."""
-    ts = time.time()
-    ctx.truth.append(
-        {
-            "v": 1,
-            "event": TRIED,
-            "id": lifecycle.new_event_id(),
-            "ts": ts,
-            "time": now_iso(ts),
-            "key": key,
-            "final": final,
-            **{k: row.get(k) for k in ("spawn", "outcome", "detail") if row.get(k) is not None},
-        }
-    )
 
 
 def _read(ctx: Context) -> tuple[list[dict[str, Any]], dict[str, float], list[dict[str, Any]], dict[str, list[str]], Seen]:
@@ -294,7 +250,7 @@ async def _notify(ctx: Context, ev: dict[str, Any], notices: list[str], actor: s
             now = None  # gone or unreachable: the send says which (and may follow its handoff)
         if now is not None and now.get("identity") != parent["identity"]:
             row.update(outcome=P.REFUSED, detail=f"{host}:{parent['id']} is another session now: the notice is not sent")
-            _tried(ctx, key, row, final=True)
+            tried(ctx, key, row, final=True)
             return row
     req = MessageRequest(host=host, id=str(parent["id"]), text=_notice_text(ev), actor=actor)
     res = await sessions_message(ctx, req, tags={NOTICE: ev.get("spawn")})
@@ -303,67 +259,6 @@ async def _notify(ctx: Context, ev: dict[str, Any], notices: list[str], actor: s
     if row["outcome"] == P.FAILED and len(sent) + 1 >= NOTICE_ATTEMPTS:
         row["given_up"] = NOTICE_ATTEMPTS  # the last try: said now, and the record's failed notices say it after
     return row
-
-
-# -- a worker's own report, cut off ----------------------------------------------------------------------------
-
-
-def _unsettled(m: Any) -> bool:
-    return m.outcome is None or bool(m.indeterminate) or bool(m.pasted)
-
-
-def _cut_off_reports(
-    ctx: Context, spawns: list[dict[str, Any]], terminal: list[dict[str, Any]], seen: Seen, now: float
-) -> list[tuple[dict[str, Any], dict[str, Any], Any]]:
-    """(spawn row, its done/failed event, the report message) for each report `drover done` started in this
-    record (not a copy pulled from another host: that report lives in the host's own record) and left unsettled,
-    within the horizon and the tries.  Whether the worker is gone is the run's to ask."""
-    rows = {r["spawn_id"]: r for r in spawns if r.get("identity") and r.get("host")}
-    out = []
-    for ev in terminal:
-        if ev.get("event") not in ("done", "failed") or ev.get("pulled") or ev.get("spawn") not in rows:
-            continue
-        if now - float(ev.get("ts") or now) > exited.HORIZON_S:
-            continue
-        msg_id = seen.reports.get(str(ev.get("id")))
-        key = f"report:{ev.get('id')}"
-        if msg_id is None or key in seen.final or seen.tries.get(key, 0) >= NOTICE_ATTEMPTS:
-            continue
-        hits = ctx.truth.find(msg_id)[0]
-        if hits and _unsettled(hits[0]):
-            out.append((rows[str(ev["spawn"])], ev, hits[0]))
-    return out
-
-
-async def _finish_report(ctx: Context, row: dict[str, Any], ev: dict[str, Any], m: Any, seen: Seen) -> dict[str, Any]:
-    """Finish the report of a worker that died with it unsettled: through `messages.retry`, never a second one."""
-    from drover.ops.send import RetryRequest, messages_retry
-
-    key = f"report:{ev['id']}"
-    out: dict[str, Any] = {
-        "id": m.id,
-        "event": ev.get("event"),
-        "lifecycle": ev.get("id"),
-        "spawn": row["spawn_id"],
-        "worker": {"host": row.get("host"), "name": row.get("name"), "id": row.get("id")},
-        "parent": {"host": m.host, "id": m.target},
-    }
-    try:
-        res = await messages_retry(ctx, RetryRequest(id=m.id))
-        out.update(outcome=(res.data or {}).get("outcome"), detail=(res.data or {}).get("detail"))
-        code = (res.data or {}).get("code")
-    except DroverError as exc:
-        out.update(outcome=P.FAILED, detail=exc.message)
-        code = exc.code
-    if code == P.BUSY:
-        return out  # the parent mid-turn (or a retry under way): not a try, the next run looks again
-    hits = ctx.truth.find(m.id)[0]
-    if not hits or _unsettled(hits[0]):
-        tries = seen.tries.get(key, 0) + 1
-        _tried(ctx, key, {**out, "spawn": row["spawn_id"]}, final=tries >= NOTICE_ATTEMPTS)
-        if tries >= NOTICE_ATTEMPTS:
-            out["given_up"] = NOTICE_ATTEMPTS
-    return out
 
 
 # -- an end recorded on the worker's host ----------------------------------------------------------------------
@@ -423,7 +318,7 @@ async def watch_once(ctx: Context, req: WatchRequest) -> Result:
     if req.hosts:
         watched = [r for r in watched if r.get("host") in req.hosts]
         stuck = [m for m in stuck if m.host in req.hosts]
-    reports = _cut_off_reports(ctx, spawns, terminal, seen_in_record, now)
+    reports = cut_off_reports(ctx, spawns, terminal, seen_in_record, now)
     if req.hosts:
         reports = [t for t in reports if t[0].get("host") in req.hosts]
     hosts = sorted({str(r["host"]) for r in watched} | {m.host for m in stuck} | {str(t[0]["host"]) for t in reports})
@@ -528,7 +423,7 @@ async def watch_once(ctx: Context, req: WatchRequest) -> Result:
     for row, ev, m in reports:
         if str(row["host"]) not in live or _spawn_live(row, live[str(row["host"])]):
             continue  # a live worker may still finish it itself (`drover done` again)
-        data.setdefault("reports", []).append(await _finish_report(ctx, row, ev, m, seen_in_record))
+        data.setdefault("reports", []).append(await finish_report(ctx, row, ev, m, seen_in_record))
     for m in stuck:
         if m.host not in live or _message_live(m.options["identity"], m.session, live[m.host]):
             continue
