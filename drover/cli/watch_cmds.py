@@ -51,6 +51,23 @@ def watch_run(
     raise typer.Exit(doc.exit_code)
 
 
+SENT = ("delivered", "queuedBehindTurn", "held")
+
+
+def _fate(head: str, row: dict[str, Any]) -> None:
+    """One line: what became of a message the run sent (or finished), and why, when it did not go."""
+    outcome = row.get("outcome") or "failed"
+    line = f"{head}: {outcome}"
+    detail = " ".join(str(row.get("detail") or "").split())  # one line, whatever the detail held
+    if detail and outcome not in SENT:
+        line += f" ({detail})"
+    if row.get("given_up"):
+        line += f"; given up after {row['given_up']} tries"
+    if row.get("id"):
+        line += f"  {row['id']}"
+    (render.out() if outcome in SENT else render.err()).print(line, markup=False)
+
+
 def _show(data: dict[str, Any]) -> None:
     say = render.out()
     for ev in data.get("exited") or []:
@@ -64,8 +81,9 @@ def _show(data: dict[str, Any]) -> None:
         )
     for n in data.get("notices") or []:
         p = n.get("parent") or {}
-        line = f"notice to {p.get('host')}:{p.get('name') or p.get('id')}: {n.get('outcome') or 'failed'}"
-        line += f"  {n['id']}" if n.get("id") else f" ({n.get('detail')})"
-        (say if n.get("outcome") in ("delivered", "queuedBehindTurn", "held") else render.err()).print(line, markup=False)
+        _fate(f"notice to {p.get('host')}:{p.get('name') or p.get('id')}", n)
+    for r in data.get("reports") or []:
+        w, p = r.get("worker") or {}, r.get("parent") or {}
+        _fate(f"{r.get('event')} report of {w.get('host')}:{w.get('name') or w.get('id')} to {p.get('host')}:{p.get('id')}", r)
     for m in data.get("resolved") or []:
         say.print(f"resolved {m['id']} to {m['host']}:{m['target']}: failed, session_exited (was {m['was']})", markup=False)

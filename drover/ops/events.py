@@ -48,6 +48,7 @@ RECORD_KINDS = (
     "spawn_failed",
     "spawn_briefed",
     "nudge_run",
+    "watch_tried",
     *lifecycle.KINDS,
 )
 

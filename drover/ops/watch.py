@@ -13,6 +13,10 @@ the actor, who reads the `exited` event with `drover events`): an ordinary recor
 `watch_notice` = the spawn id.  A run killed before the notice went is finished by the next: a notice with no
 outcome, or an uncertain one, goes through `messages.retry` (never twice); a provably failed one is sent again,
 at most NOTICE_ATTEMPTS times.  Runs take one lock for the whole look-and-write, so two at once tell one story.
+
+Said once, and a worker's own report finished: a notice settled with no message of its own (the parent's place is
+another session's now) is a `watch_tried` event, so later runs say nothing; a dead worker's `drover done` report
+left cut off is finished through `messages.retry` (drover/ops/watch_tries.py).
 """
 
 from __future__ import annotations
@@ -29,17 +33,26 @@ from drover import lifecycle
 from drover.errors import DroverError, ExitCode
 from drover.ops import exited, sightings
 from drover.ops.core import Context, Request, Result, op
+from drover.ops.done import INDENT
 from drover.ops.hosts import call_host, fan_out_each
 from drover.ops.live_state import own_record
 from drover.ops.spawn import fold
+from drover.ops.watch_tries import NOTICE_ATTEMPTS, Seen, cut_off_reports, finish_report, tried
 from drover.record import now_iso
 from drover.remote import protocol as P
 from drover.remote.faults import fault
 
 NOTICE = "watch_notice"
-NOTICE_ATTEMPTS = 3
 LIVE_STATES = ("ready", "waiting")  # spawned sessions: up, or stopped at a dialog (a person may answer it)
-NEEDLES = (b'"spawn', b'"event":"done"', b'"event":"failed"', b'"event":"exited"', b'"watch_notice"')
+NEEDLES = (
+    b'"spawn',
+    b'"event":"done"',
+    b'"event":"failed"',
+    b'"event":"exited"',
+    b'"watch_notice"',
+    b'"terminal"',
+    b'"watch_tried"',
+)
 SEEN_FILE = sightings.SEEN_FILE  # beside the record: when each watched session was last seen live (not the record)
 
 
@@ -52,9 +65,9 @@ class WatchRequest(Request):
 # -- the record -------------------------------------------------------------------------------------------------
 
 
-def _read(ctx: Context) -> tuple[list[dict[str, Any]], dict[str, float], list[dict[str, Any]], dict[str, list[str]]]:
-    """(spawns, each spawn's request time, terminal lifecycle events, notice message ids per spawn) from one
-    backward pass over the record (lines with none of the words are passed over unparsed)."""
+def _read(ctx: Context) -> tuple[list[dict[str, Any]], dict[str, float], list[dict[str, Any]], dict[str, list[str]], Seen]:
+    """(spawns, each spawn's request time, terminal lifecycle events, notice message ids per spawn, the rest) from
+    one backward pass over the record (lines with none of the words are passed over unparsed)."""
     found: list[dict[str, Any]] = []
     for ev in ctx.truth.backward(skip=lambda raw: not any(n in raw for n in NEEDLES)):
         found.append(ev)
@@ -68,7 +81,7 @@ def _read(ctx: Context) -> tuple[list[dict[str, Any]], dict[str, float], list[di
         tag = (ev.get("options") or {}).get(NOTICE) if ev.get("event") == "accepted" else None
         if isinstance(tag, str):
             notices.setdefault(tag, []).append(ev["id"])
-    return fold(found), requested, terminal, notices
+    return fold(found), requested, terminal, notices, Seen(found)
 
 
 def _about(ev: dict[str, Any], row: dict[str, Any]) -> bool:
@@ -179,6 +192,12 @@ def _how_it_ended(ev: dict[str, Any]) -> str:
     return "exit status unknown" if ev.get("exit_status") is None else f"exit status {ev['exit_status']}"
 
 
+def _indented(text: str) -> list[str]:
+    """Every line of a quoted entry indented as `drover done`'s report indents a summary (any line break --
+    CR, U+2028, a form feed -- starts an indented line), so nothing quoted reads as a line of drover's own."""
+    return [INDENT + line for line in (text.splitlines() or [""])]
+
+
 def _notice_text(ev: dict[str, Any]) -> str:
     s = ev.get("session") or {}
     lines = [
@@ -188,20 +207,24 @@ def _notice_text(ev: dict[str, Any]) -> str:
     ]
     if ev.get("tail"):
         lines.append("its last lines:")
-        lines += ["  " + line for line in ev["tail"][-8:]]
+        lines += [q for line in ev["tail"][-8:] for q in _indented(str(line))]
     elif ev.get("transcript"):
         lines.append("its transcript's last entries:")
-        lines += [f"  [{e.get('role')}] {str(e.get('text'))[:500]}" for e in ev["transcript"][-5:]]
+        for e in ev["transcript"][-5:]:
+            lines += _indented(f"[{e.get('role')}] {str(e.get('text'))[:500]}")
     return "\n".join(lines)
 
 
-async def _notify(ctx: Context, ev: dict[str, Any], notices: list[str], actor: str) -> dict[str, Any] | None:
+async def _notify(ctx: Context, ev: dict[str, Any], notices: list[str], actor: str, seen: Seen) -> dict[str, Any] | None:
     """Tell the parent session about `ev`, or finish a notice a killed run left: the row, or None (nothing to do)."""
     from drover.ops.send import MessageRequest, RetryRequest, messages_retry, sessions_message
 
     parent = ev.get("notify")
     if not isinstance(parent, dict) or not parent.get("id"):
         return None
+    key = f"notice:{ev.get('spawn')}"
+    if key in seen.final:
+        return None  # settled, and said so by the run that settled it
     row: dict[str, Any] = {"spawn": ev.get("spawn"), "parent": parent}
     sent = [hits[0] for hits in (ctx.truth.find(i)[0] for i in notices) if hits]
     if any(m.outcome in exited.SENT or m.verified for m in sent):
@@ -227,11 +250,14 @@ async def _notify(ctx: Context, ev: dict[str, Any], notices: list[str], actor: s
             now = None  # gone or unreachable: the send says which (and may follow its handoff)
         if now is not None and now.get("identity") != parent["identity"]:
             row.update(outcome=P.REFUSED, detail=f"{host}:{parent['id']} is another session now: the notice is not sent")
+            tried(ctx, key, row, final=True)
             return row
     req = MessageRequest(host=host, id=str(parent["id"]), text=_notice_text(ev), actor=actor)
     res = await sessions_message(ctx, req, tags={NOTICE: ev.get("spawn")})
     data = res.data or {}
     row.update(id=data.get("id"), outcome=data.get("outcome"), detail=data.get("detail"))
+    if row["outcome"] == P.FAILED and len(sent) + 1 >= NOTICE_ATTEMPTS:
+        row["given_up"] = NOTICE_ATTEMPTS  # the last try: said now, and the record's failed notices say it after
     return row
 
 
@@ -286,13 +312,16 @@ async def _lock(ctx: Context, wait_s: float) -> int | None:
 async def watch_once(ctx: Context, req: WatchRequest) -> Result:
     now = time.time()
     actor = ctx.who(req.actor)
-    spawns, requested, terminal, notices = _read(ctx)
+    spawns, requested, terminal, notices, seen_in_record = _read(ctx)
     watched = _watched(spawns, requested, terminal)
     stuck = exited.stranded(ctx, now)
     if req.hosts:
         watched = [r for r in watched if r.get("host") in req.hosts]
         stuck = [m for m in stuck if m.host in req.hosts]
-    hosts = sorted({str(r["host"]) for r in watched} | {m.host for m in stuck})
+    reports = cut_off_reports(ctx, spawns, terminal, seen_in_record, now)
+    if req.hosts:
+        reports = [t for t in reports if t[0].get("host") in req.hosts]
+    hosts = sorted({str(r["host"]) for r in watched} | {m.host for m in stuck} | {str(t[0]["host"]) for t in reports})
     data: dict[str, Any] = {
         "hosts": hosts,
         "watched": len(watched),
@@ -388,9 +417,13 @@ async def watch_once(ctx: Context, req: WatchRequest) -> Result:
             continue
         if now - float(ev.get("ts") or now) > exited.HORIZON_S:
             continue
-        told = await _notify(ctx, ev, notices.get(str(ev.get("spawn")), []), actor)
+        told = await _notify(ctx, ev, notices.get(str(ev.get("spawn")), []), actor, seen_in_record)
         if told is not None:
             data["notices"].append(told)
+    for row, ev, m in reports:
+        if str(row["host"]) not in live or _spawn_live(row, live[str(row["host"])]):
+            continue  # a live worker may still finish it itself (`drover done` again)
+        data.setdefault("reports", []).append(await finish_report(ctx, row, ev, m, seen_in_record))
     for m in stuck:
         if m.host not in live or _message_live(m.options["identity"], m.session, live[m.host]):
             continue
