@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import os
 import time
 import uuid
 from typing import Any, Literal
@@ -431,16 +429,11 @@ async def offer_to_successor(ctx: Context, m: Message, base: dict[str, Any]) -> 
 
     # One offer at a time, across processes: the look for an earlier offer and the send are one hold.  A lock of
     # its own, not the message's slot: the offer's own send takes its new message's slot, which may be that one.
-    fd = ctx.truth.open_lock("offer.lock")
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+    with ctx.truth.slot_lock("offer", "offer", 1) as free:
+        if not free:
             busy = "another retry is offering a message to a successor right now: look again when it has finished"
             return _result(ctx, m.id, base, _not_now(m, P.BUSY, busy), m.host, record=False)
         return await _offer(ctx, m, base)
-    finally:
-        os.close(fd)
 
 
 async def _offer(ctx: Context, m: Message, base: dict[str, Any]) -> Result:
