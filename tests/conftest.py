@@ -262,8 +262,11 @@ def remote_agent(fleet: Any, host: str, session: str, tmp: Path, *flags: str) ->
 
 
 def helper_pids(host: str) -> list[int]:
-    """The drover helpers at work on one host of the SSH fleet (its bootstrap names itself drover_boot)."""
-    pids = []
+    """The drover helpers at work on one host of the SSH fleet (its bootstrap names itself drover_boot).
+
+    A helper's own child between fork and exec (it runs tmux through subprocess) still shows the helper's command
+    line and environment: a process whose parent is a helper is that, not one more helper."""
+    found: dict[int, int] = {}  # pid -> its parent's pid
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -274,12 +277,13 @@ def helper_pids(host: str) -> list[int]:
             continue
         if b"drover_boot" in cmdline and f"DROVER_TEST_HOST={host}".encode() in environ.split(b"\0"):
             try:
-                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                state, ppid = fields[0], int(fields[1])
+            except (OSError, IndexError, ValueError):
                 continue
             if state not in ("Z", "X"):  # a helper that has exited, not yet reaped by its sshd, is no helper
-                pids.append(int(pid))
-    return pids
+                found[int(pid)] = ppid
+    return [pid for pid, ppid in found.items() if ppid not in found]
 
 
 @pytest.fixture(scope="session")

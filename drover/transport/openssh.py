@@ -382,9 +382,26 @@ class OpenSSHTransport(SSHTransport):
         self._procs = []
 
     def close_idle(self) -> None:
+        """As over asyncssh: each idle helper ends inside a slot of the shared bound (its stdin closed, then its
+        ssh's exit awaited, so the process on the host has ended), and the replacement's requests, whose slots
+        come after, never start helpers beside ones still exiting."""
         self.retiring = True
-        self._kill_all(self._procs)
-        self._procs = []
+        idle, self._procs = self._procs, []
+        if self._slots is None:
+            self._kill_all(idle)
+            return
+        for proc in idle:
+            ending = asyncio.ensure_future(self._end_in_slot(proc))
+            self._reaping.add(ending)
+            ending.add_done_callback(self._reaping.discard)
+
+    async def _end_in_slot(self, proc: SSHProcess) -> None:
+        async with self._slots:  # type: ignore[union-attr]
+            try:
+                await proc.send(b"", eof=True)  # a helper whose stdin ends exits
+                await proc.status(2.0)
+            finally:
+                self._finish(proc)
 
     async def close(self) -> None:
         procs = [*self._procs, *self._running]

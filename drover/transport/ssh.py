@@ -78,6 +78,7 @@ class SSHTransport:
         self.warnings: list[str] = []
         self.helpers = helpers
         self._idle: list[tuple[asyncssh.SSHClientConnection, Helper]] = []
+        self._shutting: set[asyncio.Future[None]] = set()  # idle helpers being closed, each in a slot (close_idle)
         self._slots = slots if slots is not None else (asyncio.Semaphore(helpers) if helpers else None)
         self.busy = 0
         self.connects = 0
@@ -257,7 +258,7 @@ class SSHTransport:
                     if c is conn and not h.process.is_closing() and not conn.is_closed():
                         helper = h
                     else:
-                        h.close()
+                        await h.shut()  # in this slot, so the helper started next never runs beside it
                 if helper is None:
                     helper = await Helper.start(conn, command)
                 self.busy += 1
@@ -418,16 +419,30 @@ class SSHTransport:
 
     def close_idle(self) -> None:
         """Close the helpers no request is using (a transport being replaced: its busy ones finish first, and are
-        closed as they do)."""
+        closed as they do).  Each one holds a slot of the shared bound until its channel has closed -- on the
+        host, until the process has ended: the replacement's first requests, which take their slots after these
+        (asyncio runs tasks in the order they were made), would otherwise start helpers beside ones still exiting
+        (a loaded machine saw 9 helpers of 8)."""
         self.retiring = True
-        for _conn, helper in self._idle:
-            helper.close()
-        self._idle = []
+        idle, self._idle = self._idle, []
+        for _conn, helper in idle:
+            if self._slots is None:
+                helper.close()
+                continue
+            shutting = asyncio.ensure_future(self._shut_in_slot(helper))
+            self._shutting.add(shutting)
+            shutting.add_done_callback(self._shutting.discard)
+
+    async def _shut_in_slot(self, helper: Helper) -> None:
+        async with self._slots:  # type: ignore[union-attr]
+            await helper.shut()
 
     async def close(self) -> None:
         for _conn, helper in self._idle:
             helper.close()
         self._idle = []
+        if self._shutting:
+            await asyncio.wait(set(self._shutting), timeout=3)
         if self._conn is not None:
             self._dropped = (self._conn, "the client was closed")
             self._conn.close()
