@@ -13,6 +13,7 @@ from drover.cli import (  # noqa: F401 - importing a command module registers it
     fleet_cmds,
     fleetwide_cmds,
     handoff_cmds,
+    mcp_cmds,
     nudge_cmds,
     spawn_cmds,
     watch_cmds,
