@@ -75,6 +75,10 @@ class Environment:
         common: dict[str, Any] = {"highlight": False, "markup": False, "emoji": False}
         if self.term is not None:
             common["_environ"] = self.term
+        if options.get("width") is not None:
+            # rich takes a width given alone as a hint a dumb terminal (TERM=dumb: emacs, some CI) overrides with
+            # 80 columns; with a height beside it, the width given is the width used.
+            options.setdefault("height", 25)
         return Console(file=file, **common, **options)
 
     @property
