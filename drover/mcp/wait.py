@@ -29,19 +29,32 @@ def _spellings(rows: list[dict[str, Any]]) -> dict[str, set[str]]:
     return out
 
 
-def _about(ev: dict[str, Any], spellings: dict[str, set[str]]) -> bool:
-    """Is this record event about one of the waited sessions (a lifecycle event of it, or a message to it)?"""
+def _names_in(value: Any, names: set[str]) -> bool:
+    if isinstance(value, dict):
+        return any(str(v) in names for v in value.values() if isinstance(v, str | int))
+    return isinstance(value, str) and value in names
+
+
+def _about(ev: dict[str, Any], spellings: dict[str, set[str]], messages: set[str]) -> bool:
+    """Is this record event about one of the waited sessions: a lifecycle event of it, a message to it (its
+    `accepted` names the session; its `outcome`, only the message id, so `messages` collects the ids)?"""
+    if ev.get("event") == "outcome":
+        return str(ev.get("id")) in messages
     names = spellings.get(str(ev.get("host")))
     if not names:
         return False
-    for key in ("session", "target", "resolved"):
-        value = ev.get(key)
-        if isinstance(value, dict):
-            if any(str(v) in names for v in value.values() if isinstance(v, str | int)):
-                return True
-        elif isinstance(value, str) and value in names:
-            return True
-    return any(str(ev.get(k)) in names for k in ("identity", "id", "name") if ev.get(k))
+    options = ev.get("options")
+    session = options.get("session") if isinstance(options, dict) else None
+    hit = any(_names_in(ev.get(k), names) for k in ("session", "target")) or _names_in(session, names)
+    if hit and ev.get("event") == "accepted":
+        messages.add(str(ev.get("id")))
+    return hit
+
+
+def about(events: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events (as events.read gives them: {"cursor", "event"}) about the waited sessions, in order."""
+    wanted, messages = _spellings(rows), set[str]()
+    return [e for e in events if _about(e["event"], wanted, messages)]
 
 
 class WaitCall:
@@ -78,8 +91,7 @@ class WaitCall:
         events, end_cursor, more, bad = await self._events(start_cursor)
         if bad is not None:
             return bad
-        wanted = _spellings(data.get("sessions") or [])
-        data = {**data, "cursor": end_cursor, "events": [e for e in events if _about(e["event"], wanted)]}
+        data = {**data, "cursor": end_cursor, "events": about(events, data.get("sessions") or [])}
         if more:
             data["events_more"] = True  # past this call's pages of the record: drover_events reads on from the cursor
         timed_out = [e for e in doc.get("errors") or [] if e.get("code") == P.WAIT_TIMEOUT]
