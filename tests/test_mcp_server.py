@@ -15,7 +15,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ROOT, Pane, Tmux, wait_for
+from tests.conftest import ROOT, Pane, Tmux, drover_process, wait_for
+from tests.test_daemon import persistent as persistent_mode  # the fixture: persistent mode, its daemons stopped after
+from tests.test_daemon import status as daemon_status
+
+persistent = persistent_mode
 
 DROVER = str(Path(sys.executable).with_name("drover"))
 TOOLS = {
@@ -339,11 +343,11 @@ import dataclasses, os, subprocess, sys
 from drover.ops import REGISTRY
 spec = REGISTRY["sessions.list"]
 async def noisy(ctx, req):
-    print("STRAY print")
     from rich.console import Console
     Console().print("STRAY rich")
     os.write(1, b"STRAY fd\\n")
     subprocess.run(["echo", "STRAY child"])
+    print("STRAY print")  # last, unflushed: a buffer flushed at exit must not reach the wire either
     return await spec.handler(ctx, req)
 REGISTRY["sessions.list"] = dataclasses.replace(spec, handler=noisy)
 from drover.cli.main import main
@@ -365,8 +369,14 @@ def test_stdout_carries_only_the_protocol_under_debug_whatever_drovers_code_prin
         {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "drover_list", "arguments": {"state": False}}},
         {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "drover_send", "arguments": {"actor": "x"}}},
     ]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # sys.stdout buffered, as it usually is
     proc = subprocess.Popen(
-        [sys.executable, "-c", NOISY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(ROOT)
+        [sys.executable, "-c", NOISY],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=str(ROOT),
+        env=env,
     )
     assert proc.stdin is not None and proc.stdout is not None
     answers = []
@@ -384,3 +394,64 @@ def test_stdout_carries_only_the_protocol_under_debug_whatever_drovers_code_prin
     for stray in ("STRAY print", "STRAY rich", "STRAY fd", "STRAY child"):
         assert stray in text, stray
     assert "tool drover_list -> sessions.list" in text  # --debug's own lines, on stderr too
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def test_a_client_gone_mid_send_leaves_a_recorded_message_that_retry_finishes_once(isolated: Path, tmux: Tmux) -> None:
+    """The client disconnects while the send is held after its paste (before Enter): the server ends, and what it
+    leaves is the record's -- a message `drover retry` finishes exactly once (submitted, never pasted again)."""
+    import drover
+
+    pane = tmux.agent("mcp-gone")
+    gate = isolated / "gate"
+    held = Path(f"{gate}.held")
+    env = {"DROVER_FAULT": "hold:after_paste", "DROVER_FAULT_GATE": str(gate)}
+
+    async def body() -> int:
+        async with served(isolated, env=env) as s:
+            call = asyncio.ensure_future(s.call("drover_send", {"target": agent_target(pane), "text": "half way there"}))
+            await asyncio.to_thread(wait_for, held.exists, 120, 0.05, "the send held after its paste")
+            call.cancel()
+        return int(held.read_text().split()[0])
+
+    server = run(body)
+    wait_for(lambda: not alive(server), what="the server gone with its client")
+    gate.touch()
+    rows = drover.run("messages.list", {"text": True}).data["messages"]
+    assert len(rows) == 1 and rows[0]["text"] == "half way there", rows
+    assert rows[0].get("outcome") in (None, "failed"), rows  # pending, or `interrupted` (indeterminate): never delivered
+    assert pane.messages() == []  # pasted, not submitted
+    retried = drover.run("messages.retry", {"id": rows[0]["id"]})
+    assert retried.ok and retried.data["outcome"] == "delivered" and retried.data["attempt"] == "finish", retried
+    wait_for(lambda: pane.messages(), what="the message submitted")
+    assert [m.count("half way there") for m in pane.messages()] == [1]
+
+
+def test_with_a_daemon_running_the_tools_go_through_it_and_mcp_itself_never_does(
+    persistent: Path, isolated: Path, tmux: Tmux
+) -> None:
+    from drover.daemon import client
+
+    assert "mcp" not in client.HOT  # `drover mcp serve` runs here, never as a request to the daemon
+    assert client.command_of(["--fleet", "f.toml", "mcp", "serve"])[0] == "mcp"
+    pane = tmux.agent("mcp-daemon")
+    assert drover_process("daemon", "start").code == 0
+    before = daemon_status()["served"]
+
+    async def body() -> None:
+        async with served(isolated, env={"DROVER_ACTOR": "via-daemon@box"}) as s:
+            bad, doc, _ = await s.call("drover_send", {"target": agent_target(pane), "text": "through the daemon"})
+            assert not bad and doc["data"]["outcome"] == "delivered" and doc["data"]["actor"] == "via-daemon@box", doc
+            bad, doc, _ = await s.call("drover_list", {"state": False})
+            assert not bad
+
+    run(body)
+    assert daemon_status()["served"] >= before + 2
+    wait_for(lambda: pane.messages(), what="the message")
+    assert 'from-name="drover (via-daemon@box)"' in pane.messages()[-1]
