@@ -131,3 +131,49 @@ def test_no_child_of_the_server_inherits_the_token(isolated: Path) -> None:
             assert TOKEN not in err and "CLAUDE_CODE_MESSAGING_TOKEN" not in err
 
     run(body)
+
+
+def proved(monkeypatch: Any, session: Any, how: str = "its process is an ancestor of this one", parent: bool = False) -> None:
+    """identify()'s decision on what self_session found (the finding itself: the tests above, by real ancestry)."""
+    from drover import self_session
+    from drover.mcp import caller
+
+    async def find(_ctx: Any, _env: Any = None) -> tuple[Any, str]:
+        return session, how
+
+    monkeypatch.setattr(self_session, "find", find)
+    monkeypatch.setattr(caller, "_codex_parent", lambda: parent)
+
+
+def a_session(engine: str, id: str, name: str) -> Any:
+    from drover.self_session import SelfSession
+
+    return SelfSession(host="local", machine="box-a", id=id, name=name, identity=f"{engine}:{id}", engine=engine, pin=id)
+
+
+def test_codex_as_the_parent_is_a_claim_and_its_session_found_above_is_the_caller(monkeypatch: Any) -> None:
+    from drover.mcp.caller import identify
+
+    proved(monkeypatch, a_session("codex", "default/%4", "api-codex"), parent=True)
+    got = run(lambda: identify(None, {"PATH": "/bin"}))
+    assert (got.actor, got.engine, got.session_id) == ("api-codex@box-a", "codex", "default/%4")
+    proved(monkeypatch, a_session("codex", "default/%4", "api-codex"), parent=False)
+    got = run(lambda: identify(None, {"PATH": "/bin", "CODEX_THREAD_ID": "0199-thread"}))
+    assert got.actor == "api-codex@box-a"  # the thread's claim, Codex not the parent (its app-server started it)
+
+
+def test_no_claim_or_a_claim_the_ancestry_does_not_bear_out_is_nobodys(monkeypatch: Any) -> None:
+    from drover.mcp.caller import identify
+
+    proved(monkeypatch, a_session("codex", "default/%4", "api-codex"), parent=False)
+    got = run(lambda: identify(None, {"DROVER_ACTOR": "person@box"}))  # below an agent, not started by one
+    assert (got.actor, got.engine) == ("person@box", None) and "parent is not Codex" in got.how
+    proved(monkeypatch, a_session("claude", SESSION, "webapp-f8"), parent=True)
+    got = run(lambda: identify(None, {}))  # a Claude above, but no Claude claims it
+    assert got.actor is None and "is not set" in got.how
+    proved(monkeypatch, a_session("shell", "default/%2", "work"), parent=True)
+    got = run(lambda: identify(None, {}, starter_actor="starter@box"))
+    assert got.actor == "starter@box" and "runs shell" in got.how
+    proved(monkeypatch, None, "no session on this machine has a process that is an ancestor of this one")
+    got = run(lambda: identify(None, {"CLAUDE_CODE_SESSION_ID": SESSION}))
+    assert got.actor is None and "is set, but no session" in got.how

@@ -39,6 +39,13 @@ TOOLS = {
     "drover_verify",
 }
 TOKEN = "tok-5ecret-d0-not-echo-7f3a"
+AGENT_CLAIMS = (
+    "CLAUDE_CODE_SESSION_ID",
+    "CLAUDECODE",
+    "CLAUDE_CODE_ENTRYPOINT",
+    "CLAUDE_CODE_MESSAGING_TOKEN",
+    "CODEX_THREAD_ID",
+)
 
 
 class Served:
@@ -68,7 +75,9 @@ async def served(
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     argv = command or [DROVER, "mcp", "serve", *args]
-    params = StdioServerParameters(command=argv[0], args=argv[1:], env={**os.environ, **(env or {})}, cwd=str(ROOT))
+    # The suite may itself run inside an agent's tool: its claims are not this server's unless a test gives them.
+    base = {k: v for k, v in os.environ.items() if k not in AGENT_CLAIMS}
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env={**base, **(env or {})}, cwd=str(ROOT))
     errlog = tmp / f"mcp-stderr-{os.getpid()}-{len(list(tmp.glob('mcp-stderr-*')))}.txt"
     with errlog.open("w", encoding="utf-8") as err:
         async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:
