@@ -464,3 +464,19 @@ def test_with_a_daemon_running_the_tools_go_through_it_and_mcp_itself_never_does
     assert daemon_status()["served"] >= before + 2
     wait_for(lambda: pane.messages(), what="the message")
     assert 'from-name="drover (via-daemon@box)"' in pane.messages()[-1]
+
+
+def test_an_invalid_fleet_file_is_a_tool_error_on_each_call_not_a_dead_server(isolated: Path) -> None:
+    fleet = isolated / "broken.toml"
+    fleet.write_text("[hosts.box-a\nhost = ", encoding="utf-8")
+
+    async def body() -> None:
+        async with served(isolated, "--fleet", str(fleet)) as s:
+            for name, args in (("drover_list", {}), ("drover_send", {"target": "box-a:w", "text": "hi"})):
+                bad, doc, first = await s.call(name, args)
+                assert bad and doc["errors"][0]["code"] == "fleet_invalid" and first.startswith("fleet_invalid: "), doc
+            fleet.write_text("", encoding="utf-8")  # fixed while the server runs: the next call reads it again
+            bad, doc, _ = await s.call("drover_list", {"state": False})
+            assert not bad, doc
+
+    run(body)
