@@ -480,3 +480,30 @@ def test_an_invalid_fleet_file_is_a_tool_error_on_each_call_not_a_dead_server(is
             assert not bad, doc
 
     run(body)
+
+
+def test_a_wait_whose_host_never_answers_still_returns_inside_the_call_with_a_cursor(isolated: Path) -> None:
+    """A host that takes the TCP connection and then says nothing (its connect timeout far past the client's):
+    resolving the target alone would outlast the call, and drover_wait still answers, `again`, inside it."""
+    import socket
+
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(8)
+    port = mute.getsockname()[1]
+    fleet = isolated / "fleet.toml"
+    fleet.write_text(
+        f'[hosts.mute]\nssh = "127.0.0.1"\nport = {port}\nconnect_timeout = 300\nrequest_timeout = 300\n', encoding="utf-8"
+    )
+
+    async def body() -> None:
+        async with served(isolated, "--fleet", str(fleet), env={"DROVER_MCP_WAIT_CAP_S": "1"}) as s:
+            res = await s.session.call_tool("drover_wait", {"targets": ["mute:worker"]}, read_timeout_seconds=120)
+            doc = res.structured_content
+            assert not res.is_error and doc is not None and doc["data"]["reached"] is False, doc
+            assert "call drover_wait again" in doc["data"]["again"] and doc["data"]["cursor"]
+
+    try:
+        run(body)
+    finally:
+        mute.close()

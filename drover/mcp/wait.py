@@ -10,6 +10,7 @@ the calls: the cursor is all of it, so a restarted server resumes the same.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from drover.remote import protocol as P
 
 Runner = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 PAGE = 500
+GRACE_S = 8.0  # past the cap, for resolving the targets and reading the record: 50 + 8 stays inside 60
 MAX_PAGES = 20  # at most this many pages of the record per call; `more` says when there was more
 
 
@@ -84,7 +86,20 @@ class WaitCall:
         if bad is not None:
             return bad
         start_cursor = cursor or now
-        doc = await self.op("sessions.wait_many", {**payload, "timeout_s": self.cap_s})
+        try:
+            # The op's own bound is the cap, from when its waiting starts; resolving the targets comes first (a slow
+            # host's connect), so the call as a whole is bounded too: inside the client's 60 s whatever a host does.
+            doc = await asyncio.wait_for(
+                self.op("sessions.wait_many", {**payload, "timeout_s": self.cap_s}), self.cap_s + GRACE_S
+            )
+        except TimeoutError:
+            doc = {
+                "drover": 1,
+                "op": "sessions.wait_many",
+                "ok": False,
+                "data": {"until": payload.get("until", "idle"), "reached": False, "sessions": []},
+                "errors": [{"code": P.WAIT_TIMEOUT, "message": "the hosts took the whole call to answer"}],
+            }
         data = doc.get("data")
         if not isinstance(data, dict):
             return doc  # refused before any waiting (a bad target, a bad argument): the op's own error
