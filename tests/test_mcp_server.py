@@ -15,6 +15,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import ROOT, Pane, Tmux, drover_process, wait_for
 from tests.test_daemon import persistent as persistent_mode  # the fixture: persistent mode, its daemons stopped after
 from tests.test_daemon import status as daemon_status
@@ -39,6 +41,8 @@ TOOLS = {
     "drover_verify",
 }
 TOKEN = "tok-5ecret-d0-not-echo-7f3a"
+# The SDK's stdio client starts the server as a process, which tests/support/tiers.py cannot see through served().
+SLOW = pytest.mark.slow
 AGENT_CLAIMS = (
     "CLAUDE_CODE_SESSION_ID",
     "CLAUDECODE",
@@ -93,6 +97,7 @@ def agent_target(pane: Pane) -> str:
     return f"local:{pane.server}/{pane.id}"
 
 
+@SLOW
 def test_the_tools_are_listed_with_plain_names_and_valid_schemas(isolated: Path) -> None:
     from jsonschema import Draft202012Validator
 
@@ -194,6 +199,7 @@ def test_every_tool_answers_through_its_op(isolated: Path, tmux: Tmux) -> None:
     run(body)
 
 
+@SLOW
 def test_malformed_arguments_are_tool_errors_with_drovers_code_and_the_server_goes_on(isolated: Path) -> None:
     async def body() -> None:
         async with served(isolated) as s:
@@ -466,6 +472,7 @@ def test_with_a_daemon_running_the_tools_go_through_it_and_mcp_itself_never_does
     assert 'from-name="drover (via-daemon@box)"' in pane.messages()[-1]
 
 
+@SLOW
 def test_an_invalid_fleet_file_is_a_tool_error_on_each_call_not_a_dead_server(isolated: Path) -> None:
     fleet = isolated / "broken.toml"
     fleet.write_text("[hosts.box-a\nhost = ", encoding="utf-8")
@@ -482,6 +489,7 @@ def test_an_invalid_fleet_file_is_a_tool_error_on_each_call_not_a_dead_server(is
     run(body)
 
 
+@SLOW
 def test_a_wait_whose_host_never_answers_still_returns_inside_the_call_with_a_cursor(isolated: Path) -> None:
     """A host that takes the TCP connection and then says nothing (its connect timeout far past the client's):
     resolving the target alone would outlast the call, and drover_wait still answers, `again`, inside it."""
