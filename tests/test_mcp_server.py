@@ -81,6 +81,8 @@ async def served(
     argv = command or [DROVER, "mcp", "serve", *args]
     # The suite may itself run inside an agent's tool: its claims are not this server's unless a test gives them.
     base = {k: v for k, v in os.environ.items() if k not in AGENT_CLAIMS}
+    # Nor are the machine's own Claude sessions this test's to list or message: a registry of the test's own.
+    base.setdefault("CLAUDE_CONFIG_DIR", str(tmp / "claude-config"))
     params = StdioServerParameters(command=argv[0], args=argv[1:], env={**base, **(env or {})}, cwd=str(ROOT))
     errlog = tmp / f"mcp-stderr-{os.getpid()}-{len(list(tmp.glob('mcp-stderr-*')))}.txt"
     with errlog.open("w", encoding="utf-8") as err:
@@ -178,7 +180,8 @@ def test_every_tool_answers_through_its_op(isolated: Path, tmux: Tmux) -> None:
             await ok("drover_nudge", {"target": target, "text": "a nudge, only if safe"})
             wait_for(lambda: any("a nudge, only if safe" in m for m in pane.messages()), what="the nudge")
             pane.wait_idle()
-            await ok("drover_broadcast", {"text": "to everyone", "all": True})
+            # By name, never `all`: the machine's own Claude sessions (its ~/.claude registry) are sessions too.
+            await ok("drover_broadcast", {"text": "to everyone", "name": "mcp-all"})
             wait_for(lambda: any("to everyone" in m for m in pane.messages()), what="the broadcast")
             waited = await ok("drover_wait", {"targets": [target], "until": "idle"})
             assert waited["data"]["reached"] and waited["data"]["cursor"]
@@ -449,10 +452,12 @@ def test_a_client_gone_mid_send_leaves_a_recorded_message_that_retry_finishes_on
 
 
 def test_with_a_daemon_running_the_tools_go_through_it_and_mcp_itself_never_does(
-    persistent: Path, isolated: Path, tmux: Tmux
+    persistent: Path, isolated: Path, tmux: Tmux, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from drover.daemon import client
 
+    # The daemon stands for one environment: the server's and the daemon's are the same here.
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(isolated / "claude-config"))
     assert "mcp" not in client.HOT  # `drover mcp serve` runs here, never as a request to the daemon
     assert client.command_of(["--fleet", "f.toml", "mcp", "serve"])[0] == "mcp"
     pane = tmux.agent("mcp-daemon")
