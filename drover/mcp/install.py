@@ -271,6 +271,11 @@ def apply(p: Plan) -> None:
         return
     if not p.runs:
         _replace(p.path, new_text(p))
+    elif p.engine == "codex":  # `codex mcp add` refuses a CODEX_HOME that does not exist yet
+        try:
+            p.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot make {p.path.parent}: {exc}", hint="check CODEX_HOME and its permissions") from None
     for argv in p.runs:
         try:
             # Project scope is the cwd's: the CLI runs where the file is.

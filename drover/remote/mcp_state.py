@@ -78,8 +78,14 @@ def scan_toml(text: str) -> bool:
 
 
 def _found(engine: str, path: str, sessions: Dict[str, int]) -> bool:
-    """An engine is there when a session of it runs, its CLI is on PATH, or it has a config file."""
-    return bool(sessions.get(engine)) or shutil.which(engine) is not None or os.path.exists(path)
+    """An engine is there when a session of it runs, its CLI is on PATH, or it has its config file or folder
+    (~/.claude, $CODEX_HOME): each engine makes its folder on its first run."""
+    folder = (
+        os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(_home(), ".claude") if engine == "claude" else os.path.dirname(path)
+    )
+    if sessions.get(engine) or os.path.exists(path) or os.path.isdir(folder):
+        return True
+    return shutil.which(engine) is not None
 
 
 def registered(sessions: Dict[str, int], warnings: List[str]) -> Dict[str, Optional[bool]]:
