@@ -328,3 +328,28 @@ def test_fleet_check_over_ssh_reads_the_hosts_own_config(sshfleet: Any, cli: Any
         assert codex() is True
     finally:
         shutil.rmtree(codex_home, ignore_errors=True)
+
+
+def test_the_remote_side_reads_codex_config_on_python_3_6(tmp_path: Path) -> None:
+    """A login node's Python 3.6 has no tomllib: the line scan is what answers there (the helper's own modules)."""
+    python = Path("/root/.pyenv/versions").glob("3.6*/bin/python3")
+    found = next(iter(sorted(python)), None)
+    if found is None:
+        pytest.skip("no Python 3.6 on this machine (pyenv's builds are at /root/.pyenv/versions)")
+    (tmp_path / ".codex").mkdir()
+    (tmp_path / ".claude.json").write_text('{"mcpServers": {"drover": {"command": "d"}}}')
+    probe = "import json; from remote import mcp_state; w = []; print(json.dumps([mcp_state.registered({}, w), w]))"
+    answers = []
+    for text in ('model = "o3"\n[mcp_servers.drover]\ncommand = "d"\n', '[mcp_servers]\nother = { command = "d" }\n'):
+        (tmp_path / ".codex" / "config.toml").write_text(text)
+        proc = subprocess.run(
+            [str(found), "-c", probe],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=Path(mcp_state.__file__).parent.parent,
+            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        )
+        assert proc.returncode == 0, proc.stderr
+        answers.append(json.loads(proc.stdout))
+    assert answers == [[{"claude": True, "codex": True}, []], [{"claude": True, "codex": False}, []]]
