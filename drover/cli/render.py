@@ -366,9 +366,13 @@ def _mark(value: bool | None) -> Text:
     return Text("yes", style="green") if value else Text("NO", style="bold red")
 
 
+# drover's MCP server registered with each engine found on a host: `claude`, `codex NO`, `claude ?` (unreadable).
+MCP_MARK = {True: "", False: " NO", None: " ?"}
+
+
 def fleet_check(data: dict[str, Any]) -> None:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("HOST", "REACH", "KEY", "AUTH", "SHELL", "PYTHON", "TMUX", "ENGINES", "CONNECT", "RTT", "PROBLEM"):
+    for col in ("HOST", "REACH", "KEY", "AUTH", "SHELL", "PYTHON", "TMUX", "ENGINES", "MCP", "CONNECT", "RTT", "PROBLEM"):
         table.add_column(col, no_wrap=col != "PROBLEM", overflow="fold")
     for row in data.get("hosts", []):
         engines = ", ".join(f"{k}×{v}" for k, v in sorted((row.get("engines") or {}).items())) or "-"
@@ -383,6 +387,7 @@ def fleet_check(data: dict[str, Any]) -> None:
             Text(str(python), style="bold red" if python == "NO" else ""),
             (row.get("tmux") or "-").replace("tmux ", ""),
             engines,
+            ", ".join(f"{k}{MCP_MARK[v]}" for k, v in sorted((row.get("mcp") or {}).items())) or "-",
             f"{row['connect_ms']:.0f} ms" if row.get("connect_ms") is not None else "-",
             f"{row['rtt_ms']:.0f} ms" if row.get("rtt_ms") is not None else "-",
             Text(error_line(problem) if problem else "", style="red"),

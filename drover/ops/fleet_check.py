@@ -60,6 +60,7 @@ def _row(
             python=data.get("python"),
             tmux=data.get("tmux"),
             engines=data.get("engines", {}),
+            mcp=data.get("mcp", {}),
             user=data.get("user"),
             stale_claude_sessions=data.get("stale_claude_sessions", []),
             forwarded=data.get("forwarded"),
@@ -75,7 +76,7 @@ def _row(
 @op(
     "fleet.check",
     CheckRequest,
-    "per host: reachable, host key, auth, login shell, python, tmux, engines, round-trip time",
+    "per host: reachable, host key, auth, login shell, python, tmux, engines, drover's MCP server registered, round-trip time",
     "drover fleet check",
 )
 async def fleet_check(ctx: Context, req: CheckRequest) -> Result:

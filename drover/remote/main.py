@@ -25,7 +25,7 @@ Profiles = Dict[str, Dict[str, Any]]
 
 
 def op_hello(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
-    from . import claude, discovery, tmux
+    from . import claude, discovery, mcp_state, tmux
 
     warnings: List[str] = []
     sessions = discovery.discover(profiles, warnings)
@@ -33,6 +33,7 @@ def op_hello(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     for s in sessions:
         engines[s["engine"]] = engines.get(s["engine"], 0) + 1
     _live, stale = claude.records(warnings)
+    mcp = mcp_state.registered(engines, warnings)
     return {
         "protocol": P.PROTOCOL,
         "python": "%d.%d.%d" % sys.version_info[:3],
@@ -42,6 +43,8 @@ def op_hello(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         # What the SSH session handed the helper: drover never asks for either, so both should be false.
         "forwarded": {"agent": bool(os.environ.get("SSH_AUTH_SOCK")), "x11": bool(os.environ.get("DISPLAY"))},
         "engines": engines,
+        # Per engine found here: is drover's MCP server registered with it (`drover mcp install`)?
+        "mcp": mcp,
         "stale_claude_sessions": stale,
         "warnings": warnings,
     }
