@@ -112,12 +112,12 @@ def test_the_tools_are_listed_with_plain_names_and_valid_schemas(isolated: Path)
                 Draft202012Validator.check_schema(tool.input_schema)
                 props = tool.input_schema["properties"]
                 assert tool.input_schema.get("additionalProperties") is False, tool.name
-                assert "actor" not in props and "as_owner" not in props, tool.name
+                assert not {"actor", "as_owner", "raw"} & set(props), tool.name
                 if tool.name in ("drover_send", "drover_tmux_send", "drover_broadcast", "drover_nudge"):
                     assert "never approves anything, never answers a dialog" in tool.description, tool.name
                     assert "owner's authority" in tool.description, tool.name
             send = next(t for t in listed if t.name == "drover_send")
-            assert set(send.input_schema["properties"]) == {"target", "text", "via", "expect_engine", "raw"}
+            assert set(send.input_schema["properties"]) == {"target", "text", "via", "expect_engine"}
             reads = {t.name for t in listed if t.annotations.read_only_hint}
             assert reads == {f"drover_{n}" for n in ("list", "status", "read", "wait", "events", "board", "log")}
 
@@ -211,6 +211,7 @@ def test_malformed_arguments_are_tool_errors_with_drovers_code_and_the_server_go
                 ("drover_send", {"target": "local:%1", "text": "hi", "txt": "x"}, "invalid_request", "txt: unknown argument"),
                 ("drover_send", {"target": "local:%1", "text": "hi", "actor": "boss@box"}, "invalid_request", "actor"),
                 ("drover_send", {"target": "local:%1", "text": "hi", "as_owner": True}, "invalid_request", "as_owner"),
+                ("drover_send", {"target": "local:%1", "text": "ls", "raw": True}, "invalid_request", "raw"),
                 ("drover_send", {"target": "nohost:worker", "text": "hi"}, "unknown_host", "nohost"),
                 ("drover_send", {"target": "", "text": "hi"}, "usage", "empty"),
                 ("drover_status", {"target": "local:no-such-session"}, "session_not_found", "no-such-session"),

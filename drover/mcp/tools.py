@@ -1,10 +1,11 @@
 """The MCP tools: one per op, each with the arguments a model may give, taken from the op's own request model.
 
 A tool's argument model is the op's request model less what no agent may set: `actor` (the caller is named by
-drover/mcp/caller.py, not by an argument), `as_owner` (the owner's authority, never an agent's) and a spawn's
-`args` (an engine flag such as --dangerously-skip-permissions would start a session in a bypass class).  A session
-is named by `target` in the CLI's HOST:ID form in place of the op's `host` and `id`.  Unknown fields are refused,
-as the ops refuse them: `actor` passed anyway is an error, never ignored.
+drover/mcp/caller.py, not by an argument), `as_owner` and `raw` (the owner's authority -- declaring the owner's
+permission class, typing into a shell -- never an agent's) and a spawn's `args` (an engine flag such as
+--dangerously-skip-permissions would start a session in a bypass class).  A session is named by `target` in the
+CLI's HOST:ID form in place of the op's `host` and `id`.  Unknown fields are
+refused, as the ops refuse them: `actor` passed anyway is an error, never ignored.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from drover.ops import REGISTRY
 
-# Fields of any op no tool offers: who sends, and the owner's authority.
-BYPASS = frozenset({"actor", "as_owner"})
+# Fields of any op no tool offers: who sends, and the owner's authority -- `as_owner` declares the owner's
+# permission class, and `raw` types the text into a shell prompt, where it runs as the owner's commands.
+BYPASS = frozenset({"actor", "as_owner", "raw"})
 TARGET_HELP = "the session as HOST:ID, e.g. local:%3 or box-a:webapp-f8 (an ID alone is on local); drover_list lists them"
 
 NEVER = (
