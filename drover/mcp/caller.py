@@ -59,23 +59,42 @@ def scrub(environ: MutableMapping[str, str] | None = None) -> list[str]:
     return taken
 
 
+def _codex_parent() -> bool:
+    """Was this process started by Codex itself: is its parent a Codex process (by its binary's evidence)?"""
+    from drover.remote import procs
+    from drover.remote.profiles import merge_profiles
+
+    parent = os.getppid()
+    try:
+        engine, at = procs.detect_engine(parent, procs.proc_table(), merge_profiles(None))
+    except OSError:
+        return False
+    return engine == "codex" and at == parent  # the parent itself, not some Codex below it
+
+
 def _fallback(why: str, starter_actor: str | None, environ: dict[str, str]) -> Caller:
     return Caller(actor=starter_actor or environ.get("DROVER_ACTOR") or None, how=why)
 
 
 async def identify(fleet: str | None, environ: dict[str, str] | None = None, starter_actor: str | None = None) -> Caller:
     """The caller of this process, proved by ancestry; else the fallback.  Never raises: a failure to look is a
-    reason to fall back, said on the line."""
-    env = dict(os.environ if environ is None else environ)
-    claude_id = env.get(CLAUDE_CLAIM, "").strip()
-    codex_thread = env.get(CODEX_CLAIM, "").strip()
-    if not claude_id and not codex_thread:
-        return _fallback("no $CLAUDE_CODE_SESSION_ID or $CODEX_THREAD_ID in its environment", starter_actor, env)
+    reason to fall back, said on the line.
+
+    Claude Code hands its whole environment to a server: `$CLAUDE_CODE_SESSION_ID` is there, and must name the
+    Claude session found above.  Codex hands a server a short list of variables (PATH, HOME, ...), so its claim
+    ($CODEX_THREAD_ID) may be missing: then the claim is that the server's parent process is Codex itself (its
+    binary, by the evidence engines are known by), and the ancestry proves which session that is.  A server
+    merely run somewhere below an agent (a test suite an agent runs) claims nothing, and is nobody's."""
     from drover import self_session
     from drover.ops import Context
 
-    if claude_id:
-        env.setdefault("CLAUDECODE", "1")  # the claim that makes self_session look (the id alone is one too)
+    env = dict(os.environ if environ is None else environ)
+    claude_id = env.get(CLAUDE_CLAIM, "").strip()
+    codex = bool(env.get(CODEX_CLAIM, "").strip()) or _codex_parent()
+    if not claude_id and not codex:
+        return _fallback(f"no ${CLAUDE_CLAIM} or ${CODEX_CLAIM}, and its parent is not Codex", starter_actor, env)
+    # The claim that makes self_session look (the session id alone is one too).
+    env.setdefault("CLAUDECODE" if claude_id else "TMUX", "drover-mcp")
     ctx = Context(fleet_path=fleet)
     try:
         me, how = await self_session.find(ctx, env)
@@ -83,18 +102,22 @@ async def identify(fleet: str | None, environ: dict[str, str] | None = None, sta
         return _fallback(f"looking for its session failed: {exc.message}", starter_actor, env)
     finally:
         await ctx.close()
-    claimed = "claude" if claude_id else "codex"
     if me is None:
-        return _fallback(f"${CLAUDE_CLAIM if claude_id else CODEX_CLAIM} is set, but {how}", starter_actor, env)
+        said = f"${CLAUDE_CLAIM} is set, but " if claude_id else ""
+        return _fallback(said + how, starter_actor, env)
     if claude_id and (me.engine != "claude" or me.id != claude_id):
         # An ancestor that is some other session (or a Claude whose registry names another id): the claim is false.
         why = f"${CLAUDE_CLAIM}={claude_id!r} is not this process's session (its ancestor is {me.engine} session {me.id})"
         return _fallback(why, starter_actor, env)
-    if not claude_id and me.engine != "codex":
-        return _fallback(f"${CODEX_CLAIM} is set, but the session above this process runs {me.engine}", starter_actor, env)
+    if not claude_id and me.engine == "claude":
+        why = f"a Claude session ({me.id}) is above this process, but ${CLAUDE_CLAIM} is not set"
+        return _fallback(why, starter_actor, env)
+    if me.engine not in ("claude", "codex"):
+        why = f"the session above this process ({me.name}) runs {me.engine}, not an agent that starts MCP servers"
+        return _fallback(why, starter_actor, env)
     return Caller(
         actor=f"{me.name}@{me.machine}",
-        engine=claimed,
+        engine=me.engine,
         name=me.name,
         host=me.machine,
         session_id=me.id,

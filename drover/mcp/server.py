@@ -220,6 +220,9 @@ def serve(fleet: str | None, debug: bool = False, starter_actor: str | None = No
 
     callers.scrub()  # first: nothing started from here may inherit the session's token
     _logging(debug)
+    if sys.stdin is not None and sys.stdin.isatty():
+        # A person typed it: say what it waits for (it stays: a client could be attached to this terminal).
+        print("drover mcp: serving MCP on stdin/stdout; an MCP client starts this (docs/mcp.md), Ctrl-C ends it", file=sys.stderr)
     state: dict[str, Tools | None] = {"tools": None}
 
     @asynccontextmanager

@@ -10,6 +10,7 @@ the calls: the cursor is all of it, so a restarted server resumes the same.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from drover.remote import protocol as P
 
 Runner = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 PAGE = 500
+GRACE_S = 8.0  # past the cap, for resolving the targets and reading the record: 50 + 8 stays inside 60
 MAX_PAGES = 20  # at most this many pages of the record per call; `more` says when there was more
 
 
@@ -29,19 +31,32 @@ def _spellings(rows: list[dict[str, Any]]) -> dict[str, set[str]]:
     return out
 
 
-def _about(ev: dict[str, Any], spellings: dict[str, set[str]]) -> bool:
-    """Is this record event about one of the waited sessions (a lifecycle event of it, or a message to it)?"""
+def _names_in(value: Any, names: set[str]) -> bool:
+    if isinstance(value, dict):
+        return any(str(v) in names for v in value.values() if isinstance(v, str | int))
+    return isinstance(value, str) and value in names
+
+
+def _about(ev: dict[str, Any], spellings: dict[str, set[str]], messages: set[str]) -> bool:
+    """Is this record event about one of the waited sessions: a lifecycle event of it, a message to it (its
+    `accepted` names the session; its `outcome`, only the message id, so `messages` collects the ids)?"""
+    if ev.get("event") == "outcome":
+        return str(ev.get("id")) in messages
     names = spellings.get(str(ev.get("host")))
     if not names:
         return False
-    for key in ("session", "target", "resolved"):
-        value = ev.get(key)
-        if isinstance(value, dict):
-            if any(str(v) in names for v in value.values() if isinstance(v, str | int)):
-                return True
-        elif isinstance(value, str) and value in names:
-            return True
-    return any(str(ev.get(k)) in names for k in ("identity", "id", "name") if ev.get(k))
+    options = ev.get("options")
+    session = options.get("session") if isinstance(options, dict) else None
+    hit = any(_names_in(ev.get(k), names) for k in ("session", "target")) or _names_in(session, names)
+    if hit and ev.get("event") == "accepted":
+        messages.add(str(ev.get("id")))
+    return hit
+
+
+def about(events: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events (as events.read gives them: {"cursor", "event"}) about the waited sessions, in order."""
+    wanted, messages = _spellings(rows), set[str]()
+    return [e for e in events if _about(e["event"], wanted, messages)]
 
 
 class WaitCall:
@@ -71,15 +86,27 @@ class WaitCall:
         if bad is not None:
             return bad
         start_cursor = cursor or now
-        doc = await self.op("sessions.wait_many", {**payload, "timeout_s": self.cap_s})
+        try:
+            # The op's own bound is the cap, from when its waiting starts; resolving the targets comes first (a slow
+            # host's connect), so the call as a whole is bounded too: inside the client's 60 s whatever a host does.
+            doc = await asyncio.wait_for(
+                self.op("sessions.wait_many", {**payload, "timeout_s": self.cap_s}), self.cap_s + GRACE_S
+            )
+        except TimeoutError:
+            doc = {
+                "drover": 1,
+                "op": "sessions.wait_many",
+                "ok": False,
+                "data": {"until": payload.get("until", "idle"), "reached": False, "sessions": []},
+                "errors": [{"code": P.WAIT_TIMEOUT, "message": "the hosts took the whole call to answer"}],
+            }
         data = doc.get("data")
         if not isinstance(data, dict):
             return doc  # refused before any waiting (a bad target, a bad argument): the op's own error
         events, end_cursor, more, bad = await self._events(start_cursor)
         if bad is not None:
             return bad
-        wanted = _spellings(data.get("sessions") or [])
-        data = {**data, "cursor": end_cursor, "events": [e for e in events if _about(e["event"], wanted)]}
+        data = {**data, "cursor": end_cursor, "events": about(events, data.get("sessions") or [])}
         if more:
             data["events_more"] = True  # past this call's pages of the record: drover_events reads on from the cursor
         timed_out = [e for e in doc.get("errors") or [] if e.get("code") == P.WAIT_TIMEOUT]
