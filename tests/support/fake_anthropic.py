@@ -129,7 +129,8 @@ class Handler(BaseHTTPRequestHandler):
         """A model's loop around one named tool, as a real model runs it.  Claude Code 2.1 defers MCP tools: the
         request lists only their names (in a system message) and offers ToolSearch, so the model first loads the
         tool with ToolSearch "select:NAME", then calls it; once that call's result is back the turn ends with the
-        reply text (control's "reply").  A tool neither offered nor deferred is answered with a text saying so, for the test to see."""
+        reply text (control's "reply").  A tool neither offered nor deferred is answered with a text saying so,
+        for the test to see."""
         name = str(tool["name"])
         offered = [t.get("name") for t in body["tools"] if isinstance(t, dict) and not t.get("defer_loading")]
         last_call = Handler._answered_call(body) if answered else None

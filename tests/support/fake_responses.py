@@ -187,7 +187,8 @@ class Handler(BaseHTTPRequestHandler):
             offered = [t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
             text = f"fake-responses: no tool {name} offered, only {offered}"
             content = [{"type": "output_text", "text": text, "annotations": []}]
-            return {"type": "message", "id": f"msg_{uuid.uuid4().hex[:24]}", "role": "assistant", "status": "completed", "content": content}
+            message_id = f"msg_{uuid.uuid4().hex[:24]}"
+            return {"type": "message", "id": message_id, "role": "assistant", "status": "completed", "content": content}
         return {
             "type": "function_call",
             "id": f"fc_{uuid.uuid4().hex[:24]}",
