@@ -41,8 +41,6 @@ from drover.ops.core import default_actor
 from tests.conftest import wait_for
 from tests.support.claudelab import ClaudeLab, ClaudeSession
 
-pytestmark = pytest.mark.slow
-
 DROVER = Path(sys.executable).with_name("drover")  # this checkout's, as `pip install -e .` put it in the venv
 TOOL = "mcp__drover__drover_send"
 TEXT = "the schema landed on main: rebase your branch before the review"
@@ -137,8 +135,11 @@ def document_in(output: Any) -> dict[str, Any] | None:
     return document_in(inner) if isinstance(inner, str) else None
 
 
-def logged(msg_id: str) -> dict[str, Any]:
-    rows = [m for m in drover.run("messages.list", {"limit": 50}).data["messages"] if m["id"] == msg_id]
+def logged(cli: Any, msg_id: str) -> dict[str, Any]:
+    """The message as `drover log` shows it (the record on this machine)."""
+    res = cli("log", "--json")
+    assert res.code == 0, res.err
+    rows = [m for m in res.json()["data"]["messages"] if m["id"] == msg_id]
     assert len(rows) == 1, f"message {msg_id} is not in drover log once: {rows}"
     return dict(rows[0])
 
@@ -236,8 +237,9 @@ def claude_caller(claude_binary: Path, sshfleet: Any, netns_root: None) -> Itera
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_a_claude_session_sends_through_drovers_mcp_tool_into_claude_on_another_host(
-    claude_caller: ClaudeLab, receiver: ClaudeSession
+    claude_caller: ClaudeLab, receiver: ClaudeSession, cli: Any
 ) -> None:
     flags = f"--mcp-config {claude_caller.mcp_config} --allowedTools {TOOL}"  # type: ignore[attr-defined]
     script = {"name": TOOL, "input": {"target": "h2:reviewer", "text": TEXT}}
@@ -263,7 +265,7 @@ def test_a_claude_session_sends_through_drovers_mcp_tool_into_claude_on_another_
     assert origin["msg_id"] == data["receiver_msg_id"]
 
     # drover's record: delivered and verified, with that actor; `drover verify` finds it in h2's transcript.
-    row = logged(data["id"])
+    row = logged(cli, data["id"])
     assert (row["actor"], row["outcome"], row["host"], row["lane"]) == (actor, "delivered", "h2", "inbox"), row
     assert row["verified"] is True, row
     verify = drover.run("messages.verify", {"ids": [data["id"]]}).data["messages"]
@@ -288,6 +290,7 @@ def claude_caller_token(caller: ClaudeSession) -> str:
     return ""
 
 
+@pytest.mark.slow
 def test_an_actor_in_the_tool_call_is_refused_and_nothing_is_sent(claude_caller: ClaudeLab, receiver: ClaudeSession) -> None:
     """The caller is named, not claimed: a model that passes an actor (the owner's, say) gets a tool error."""
     flags = f"--mcp-config {claude_caller.mcp_config} --allowedTools {TOOL}"  # type: ignore[attr-defined]
@@ -382,8 +385,9 @@ def codex_caller(sshfleet: Any, netns_root: None) -> Iterator[Any]:
             link.unlink()
 
 
+@pytest.mark.slow
 def test_a_codex_session_sends_through_drovers_mcp_tool_into_claude_on_another_host(
-    codex_caller: Any, receiver: ClaudeSession
+    codex_caller: Any, receiver: ClaudeSession, cli: Any
 ) -> None:
     lab = codex_caller
     lab.set_control(call={"name": "drover_send", "arguments": {"target": "h2:reviewer", "text": TEXT}}, reply="told the reviewer")
@@ -403,6 +407,61 @@ def test_a_codex_session_sends_through_drovers_mcp_tool_into_claude_on_another_h
     assert actor.split("@")[0] == "coordx" and actor != default_actor(), data
     assert origin["name"].startswith(f"drover ({actor}"), origin
     assert origin["fromMode"] == "prompting"
-    row = logged(data["id"])
+    row = logged(cli, data["id"])
     assert (row["actor"], row["outcome"], row["host"], row["lane"]) == (actor, "delivered", "h2", "inbox"), row
     assert row["verified"] is True, row
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The scripted models and the thread a Codex call names, without the binaries
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_the_fake_claude_model_loads_a_deferred_tool_calls_it_then_ends_the_turn() -> None:
+    from tests.support.fake_anthropic import Handler
+
+    script = {"name": TOOL, "input": {"target": "h2:reviewer", "text": TEXT}}
+    tools = [{"name": "Bash"}, {"name": "ToolSearch"}, {"name": TOOL, "defer_loading": True}]
+    system = {"role": "system", "content": [{"type": "text", "text": f"deferred tools:\n{TOOL}"}]}
+    body = {"tools": tools, "messages": [system, {"role": "user", "content": "tell the reviewer"}]}
+    first = Handler._content(body, {"tool_use": script})
+    assert [(b["name"], b["input"]) for b in first] == [("ToolSearch", {"query": f"select:{TOOL}", "max_results": 1})]
+    body["messages"] += [
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": first[0]["id"], "content": []}]},
+    ]
+    second = Handler._content(body, {"tool_use": script})
+    assert [(b["name"], b["input"]) for b in second] == [(TOOL, script["input"])]
+    body["messages"] += [
+        {"role": "assistant", "content": second},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": second[0]["id"], "content": "{}"}]},
+    ]
+    assert Handler._content(body, {"tool_use": script, "reply": "told"}) == [{"type": "text", "text": "told"}]
+    # Not offered, not deferred: said in a text; and the Bash form of tool_use is as it was.
+    bare = {"tools": [{"name": "Bash"}], "messages": [{"role": "user", "content": "x"}]}
+    assert "no tool" in Handler._content(bare, {"tool_use": script})[0]["text"]
+    assert Handler._content(bare, {"tool_use": {"command": "ls"}})[0]["input"]["command"] == "ls"
+
+
+def test_the_fake_codex_model_calls_a_tool_of_an_mcp_namespace() -> None:
+    from tests.support.fake_responses import Handler
+
+    namespace = {"type": "namespace", "name": "mcp__drover", "tools": [{"type": "function", "name": "drover_send"}]}
+    call = {"name": "drover_send", "arguments": {"target": "h2:reviewer", "text": TEXT}}
+    item = Handler._named_call({"tools": [{"type": "function", "name": "exec_command"}, namespace]}, call)
+    assert (item["type"], item["name"], item["namespace"]) == ("function_call", "drover_send", "mcp__drover")
+    assert json.loads(item["arguments"]) == call["arguments"]
+    plain = Handler._named_call({"tools": [{"type": "function", "name": "drover_send"}]}, call)
+    assert plain["type"] == "function_call" and "namespace" not in plain
+    missing = Handler._named_call({"tools": [{"type": "function", "name": "exec_command"}]}, call)
+    assert missing["type"] == "message" and "no tool drover_send" in missing["content"][0]["text"]
+
+
+def test_the_thread_a_codex_call_names_is_read_from_its_meta() -> None:
+    from drover.mcp.caller import codex_thread
+
+    thread = "01a23c4c-3514-7f21-b3fc-762bec057a2a"
+    assert codex_thread({"threadId": thread, "callId": "call_1"}) == thread
+    assert codex_thread({"x-codex-turn-metadata": {"thread_id": thread}}) == thread
+    assert codex_thread({"progress_token": 1}) is None and codex_thread(None) is None
+    assert codex_thread({"threadId": "  "}) is None and codex_thread({"threadId": 7}) is None
