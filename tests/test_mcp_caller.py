@@ -15,7 +15,7 @@ from typing import Any
 
 from drover.self_session import machine_name
 from tests.conftest import Pane, Tmux, wait_for
-from tests.test_mcp_server import DROVER, TOKEN, agent_target, run, served
+from tests.test_mcp_server import DROVER, SLOW, TOKEN, agent_target, run, served
 
 SESSION = "0e0e0e0e-1111-2222-3333-444455556666"
 # A stand-in for Claude Code: writes its registry record (its own pid, its start time, its name), then runs the
@@ -119,6 +119,7 @@ sys.exit(main(["mcp", "serve"]))
 """
 
 
+@SLOW
 def test_no_child_of_the_server_inherits_the_token(isolated: Path) -> None:
     env = {"CLAUDE_CODE_MESSAGING_TOKEN": TOKEN, "DROVER_MARKER": "seen-in-child"}
 

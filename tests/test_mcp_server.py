@@ -15,6 +15,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import ROOT, Pane, Tmux, drover_process, wait_for
 from tests.test_daemon import persistent as persistent_mode  # the fixture: persistent mode, its daemons stopped after
 from tests.test_daemon import status as daemon_status
@@ -39,6 +41,8 @@ TOOLS = {
     "drover_verify",
 }
 TOKEN = "tok-5ecret-d0-not-echo-7f3a"
+# The SDK's stdio client starts the server as a process, which tests/support/tiers.py cannot see through served().
+SLOW = pytest.mark.slow
 AGENT_CLAIMS = (
     "CLAUDE_CODE_SESSION_ID",
     "CLAUDECODE",
@@ -77,6 +81,8 @@ async def served(
     argv = command or [DROVER, "mcp", "serve", *args]
     # The suite may itself run inside an agent's tool: its claims are not this server's unless a test gives them.
     base = {k: v for k, v in os.environ.items() if k not in AGENT_CLAIMS}
+    # Nor are the machine's own Claude sessions this test's to list or message: a registry of the test's own.
+    base.setdefault("CLAUDE_CONFIG_DIR", str(tmp / "claude-config"))
     params = StdioServerParameters(command=argv[0], args=argv[1:], env={**base, **(env or {})}, cwd=str(ROOT))
     errlog = tmp / f"mcp-stderr-{os.getpid()}-{len(list(tmp.glob('mcp-stderr-*')))}.txt"
     with errlog.open("w", encoding="utf-8") as err:
@@ -93,6 +99,7 @@ def agent_target(pane: Pane) -> str:
     return f"local:{pane.server}/{pane.id}"
 
 
+@SLOW
 def test_the_tools_are_listed_with_plain_names_and_valid_schemas(isolated: Path) -> None:
     from jsonschema import Draft202012Validator
 
@@ -173,7 +180,8 @@ def test_every_tool_answers_through_its_op(isolated: Path, tmux: Tmux) -> None:
             await ok("drover_nudge", {"target": target, "text": "a nudge, only if safe"})
             wait_for(lambda: any("a nudge, only if safe" in m for m in pane.messages()), what="the nudge")
             pane.wait_idle()
-            await ok("drover_broadcast", {"text": "to everyone", "all": True})
+            # By name, never `all`: the machine's own Claude sessions (its ~/.claude registry) are sessions too.
+            await ok("drover_broadcast", {"text": "to everyone", "name": "mcp-all"})
             wait_for(lambda: any("to everyone" in m for m in pane.messages()), what="the broadcast")
             waited = await ok("drover_wait", {"targets": [target], "until": "idle"})
             assert waited["data"]["reached"] and waited["data"]["cursor"]
@@ -194,6 +202,7 @@ def test_every_tool_answers_through_its_op(isolated: Path, tmux: Tmux) -> None:
     run(body)
 
 
+@SLOW
 def test_malformed_arguments_are_tool_errors_with_drovers_code_and_the_server_goes_on(isolated: Path) -> None:
     async def body() -> None:
         async with served(isolated) as s:
@@ -443,10 +452,12 @@ def test_a_client_gone_mid_send_leaves_a_recorded_message_that_retry_finishes_on
 
 
 def test_with_a_daemon_running_the_tools_go_through_it_and_mcp_itself_never_does(
-    persistent: Path, isolated: Path, tmux: Tmux
+    persistent: Path, isolated: Path, tmux: Tmux, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from drover.daemon import client
 
+    # The daemon stands for one environment: the server's and the daemon's are the same here.
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(isolated / "claude-config"))
     assert "mcp" not in client.HOT  # `drover mcp serve` runs here, never as a request to the daemon
     assert client.command_of(["--fleet", "f.toml", "mcp", "serve"])[0] == "mcp"
     pane = tmux.agent("mcp-daemon")
@@ -466,6 +477,7 @@ def test_with_a_daemon_running_the_tools_go_through_it_and_mcp_itself_never_does
     assert 'from-name="drover (via-daemon@box)"' in pane.messages()[-1]
 
 
+@SLOW
 def test_an_invalid_fleet_file_is_a_tool_error_on_each_call_not_a_dead_server(isolated: Path) -> None:
     fleet = isolated / "broken.toml"
     fleet.write_text("[hosts.box-a\nhost = ", encoding="utf-8")
@@ -482,6 +494,7 @@ def test_an_invalid_fleet_file_is_a_tool_error_on_each_call_not_a_dead_server(is
     run(body)
 
 
+@SLOW
 def test_a_wait_whose_host_never_answers_still_returns_inside_the_call_with_a_cursor(isolated: Path) -> None:
     """A host that takes the TCP connection and then says nothing (its connect timeout far past the client's):
     resolving the target alone would outlast the call, and drover_wait still answers, `again`, inside it."""
