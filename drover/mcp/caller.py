@@ -15,9 +15,12 @@ log line, record or result can carry it).
 
 from __future__ import annotations
 
+import contextvars
 import os
+import sys
 from collections.abc import MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 from drover.errors import DroverError
 
@@ -123,3 +126,63 @@ async def identify(fleet: str | None, environ: dict[str, str] | None = None, sta
         session_id=me.id,
         how=how,
     )
+
+
+# The Codex thread the tool call being served comes from (None: not said), for the op runner of that call.
+CALL_THREAD: contextvars.ContextVar[str | None] = contextvars.ContextVar("drover_mcp_call_thread", default=None)
+
+
+def codex_thread(meta: Any) -> str | None:
+    """The thread a tool call says it comes from.  Codex 0.169 starts its MCP servers from its app-server with no
+    $CODEX_THREAD_ID (one server may outlive a thread's turn), and names the thread in each tools/call's `_meta`
+    instead: `threadId` (also `x-codex-turn-metadata.thread_id`).  A claim like any other: CodexThreads proves it."""
+    if not isinstance(meta, dict):
+        extra = getattr(meta, "model_extra", None)
+        meta = extra if isinstance(extra, dict) else {}
+    thread = meta.get("threadId")
+    if not isinstance(thread, str):
+        turn = meta.get("x-codex-turn-metadata")
+        thread = turn.get("thread_id") if isinstance(turn, dict) else None
+    return thread.strip() if isinstance(thread, str) and thread.strip() else None
+
+
+class CodexThreads:
+    """Callers proved per Codex thread, from the thread a call names: taken only when self_session finds that
+    thread's pane with its app-server among this process's ancestors (the claim $CODEX_THREAD_ID would make, had
+    Codex passed it).  Each proved thread gets a client of its own whose actor is that session; a call whose thread
+    does not prove, or names none, is served as the server's own caller.  Looked up once per thread."""
+
+    def __init__(self, fleet: str | None, starter_actor: str | None, proved: bool) -> None:
+        self.fleet = fleet
+        self.starter_actor = starter_actor
+        self.off = proved  # the server's own caller was proved at start (a Claude session): no thread is needed
+        self.callers: dict[str, Caller | None] = {}
+        self.clients: dict[str, Any] = {}
+        self.lock: Any = None
+
+    async def caller_of(self, thread: str | None) -> Caller | None:
+        if self.off or thread is None:
+            return None
+        if thread in self.callers:
+            return self.callers[thread]
+        import anyio
+
+        self.lock = self.lock or anyio.Lock()
+        async with self.lock:
+            if thread not in self.callers:
+                found = await identify(self.fleet, {**os.environ, CODEX_CLAIM: thread}, self.starter_actor)
+                self.callers[thread] = found if found.engine == "codex" else None
+                print(found.line() + f" [for Codex thread {thread}]", file=sys.stderr, flush=True)
+        return self.callers[thread]
+
+    def client(self, caller: Caller) -> Any:
+        from drover.api import AsyncClient
+
+        key = str(caller.session_id)
+        if key not in self.clients:
+            self.clients[key] = AsyncClient(fleet=self.fleet, actor=caller.actor)
+        return self.clients[key]
+
+    async def aclose(self) -> None:
+        for client in self.clients.values():
+            await client.aclose()

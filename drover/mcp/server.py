@@ -163,12 +163,13 @@ def build(runner: Callable[[], Tools | None], lifespan: Callable[[Any], Any] | N
             return {"arguments": dict(self.model_extra or {})}
 
     def handler(name: str) -> Callable[..., Awaitable[Any]]:
-        async def call(arguments: dict[str, Any]) -> Any:
+        async def call(arguments: dict[str, Any], ctx: Any = None) -> Any:
             tools = runner()
             if tools is None:
                 doc = error_document(T.BY_NAME[name].op, DroverError("the server is not running yet"))
                 return result_of(doc)
             try:
+                callers.CALL_THREAD.set(callers.codex_thread(getattr(getattr(ctx, "request_context", None), "meta", None)))
                 doc = await tools.call(name, arguments)
             except DroverError as exc:
                 doc = error_document(T.BY_NAME[name].op, exc)
@@ -191,6 +192,7 @@ def build(runner: Callable[[], Tools | None], lifespan: Callable[[Any], Any] | N
                 description=spec.description,
                 parameters=T.schema(spec),
                 fn_metadata=FuncMetadata(arg_model=Passthrough),
+                context_kwarg="ctx",  # the request's _meta: where Codex names the calling thread
                 is_async=True,
                 annotations=ToolAnnotations(read_only_hint=spec.name in reads, open_world_hint=True),
             )
@@ -234,9 +236,12 @@ def serve(fleet: str | None, debug: bool = False, starter_actor: str | None = No
         caller = await callers.identify(fleet, starter_actor=starter_actor)
         print(caller.line(), file=sys.stderr, flush=True)
         client = AsyncClient(fleet=fleet, actor=caller.actor)
+        threads = callers.CodexThreads(fleet, starter_actor, caller.proved)
 
         async def run(op: str, payload: dict[str, Any]) -> dict[str, Any]:
-            return dict(await client.run(op, payload))
+            proved = await threads.caller_of(callers.CALL_THREAD.get())
+            own = client if proved is None else threads.client(proved)
+            return dict(await own.run(op, payload))
 
         state["tools"] = Tools(fleet, run, wait_cap())
         try:
@@ -244,6 +249,7 @@ def serve(fleet: str | None, debug: bool = False, starter_actor: str | None = No
         finally:
             state["tools"] = None
             await client.aclose()
+            await threads.aclose()
             sys.stdout = real_stdout
 
     server = build(lambda: state["tools"], lifespan)

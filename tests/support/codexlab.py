@@ -200,6 +200,21 @@ def read_screen(screen: str, profile: dict[str, Any] | None = None) -> dict[str,
     return {"state": prof.get("default_state", "unknown"), "draft": None, "reason": "no footer recognised"}
 
 
+def mcp_servers(config: str) -> list[str]:
+    """The `[mcp_servers.*]` tables of a config.toml, as lines: what `codex mcp add` registered, which the lab's
+    own rewrite of the file (each start trusts one more folder) keeps."""
+    out: list[str] = []
+    keep = False
+    for line in config.splitlines():
+        if line.startswith("["):
+            keep = line.startswith("[mcp_servers.")
+            if keep:
+                out.append("")
+        if keep:
+            out.append(line)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The app-server daemon: JSON-RPC over a WebSocket on its Unix control socket
 # ---------------------------------------------------------------------------------------------------------------
@@ -468,7 +483,9 @@ class CodexLab:
         ]
         for path in trusted:
             lines += ["", f"[projects.{json.dumps(str(path))}]", 'trust_level = "trusted"']
-        (self.codex_home / "config.toml").write_text("\n".join(lines) + "\n")
+        config = self.codex_home / "config.toml"
+        kept = mcp_servers(config.read_text()) if config.exists() else []
+        config.write_text("\n".join(lines + kept) + "\n")
 
     def requests_log(self) -> list[dict[str, Any]]:
         return read_jsonl(self.requests)

@@ -5,7 +5,8 @@ JSON line. Behaviour is read from a control file on every request, so a test can
 runs: {"delay": seconds before answering, "hold": true to stall the main turn until the control file no longer says
 so (bounded by "hold_max", default 300 s: a turn exactly as long as a test needs, however slow the machine),
 "reply": text, "tool_use": {"command": "..."} to ask for a Bash tool call (which raises a real permission dialog),
-"status": 529 to answer the main turn with that HTTP error (Anthropic's "overloaded": Claude Code retries it)}.
+or {"name": "mcp__drover__drover_send", "input": {...}} to call that tool (see _named_tool), "status": 529 to answer
+the main turn with that HTTP error (Anthropic's "overloaded": Claude Code retries it)}.
 
     python fake_anthropic.py --port 8765 --log requests.jsonl --control control.json
 """
@@ -110,6 +111,8 @@ class Handler(BaseHTTPRequestHandler):
         answered_tool = isinstance(last.get("content"), list) and any(
             isinstance(b, dict) and b.get("type") == "tool_result" for b in last["content"]
         )
+        if tool and body.get("tools") and tool.get("name"):
+            return Handler._named_tool(body, tool, answered_tool, str(control.get("reply", "Done.")))
         if tool and body.get("tools") and not answered_tool:
             return [
                 {
@@ -120,6 +123,37 @@ class Handler(BaseHTTPRequestHandler):
                 }
             ]
         return [{"type": "text", "text": str(control.get("reply", "Understood."))}]
+
+    @staticmethod
+    def _named_tool(body: dict[str, Any], tool: dict[str, Any], answered: bool, reply: str) -> list[dict[str, Any]]:
+        """A model's loop around one named tool, as a real model runs it.  Claude Code 2.1 defers MCP tools: the
+        request lists only their names (in a system message) and offers ToolSearch, so the model first loads the
+        tool with ToolSearch "select:NAME", then calls it; once that call's result is back the turn ends with the
+        reply text (control's "reply").  A tool neither offered nor deferred is answered with a text saying so,
+        for the test to see."""
+        name = str(tool["name"])
+        offered = [t.get("name") for t in body["tools"] if isinstance(t, dict) and not t.get("defer_loading")]
+        last_call = Handler._answered_call(body) if answered else None
+        if last_call == name:
+            return [{"type": "text", "text": reply}]
+        block = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}"}
+        if name in offered or last_call == "ToolSearch":
+            return [dict(block, name=name, input=dict(tool.get("input") or {}))]
+        if "ToolSearch" in offered and name in json.dumps(body.get("messages")):
+            return [dict(block, name="ToolSearch", input={"query": f"select:{name}", "max_results": 1})]
+        return [{"type": "text", "text": f"fake-anthropic: no tool {name} offered, only {offered}"}]
+
+    @staticmethod
+    def _answered_call(body: dict[str, Any]) -> str | None:
+        """The name of the tool whose result the last message carries (its tool_use is in the message before)."""
+        messages = body.get("messages") or []
+        ids = {b.get("tool_use_id") for b in messages[-1]["content"] if isinstance(b, dict)}
+        for message in reversed(messages[:-1]):
+            content = message.get("content") if isinstance(message, dict) else None
+            for b in content if isinstance(content, list) else []:
+                if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("id") in ids:
+                    return str(b.get("name"))
+        return None
 
     def _stream(self, message: dict[str, Any]) -> None:
         self.send_response(200)

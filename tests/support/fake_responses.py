@@ -8,7 +8,12 @@ session runs:
      "hold": true to stall until the control file no longer says so (bounded by "hold_max", default 300 s),
      "reply": the assistant's text (default "Understood."; "{input}" is replaced by the last user text),
      "shell": {"command": "touch x", "escalate": true} to answer a turn with a shell tool call first
-              (with escalation under approval_policy = "on-request" Codex draws its approval dialog)}
+              (with escalation under approval_policy = "on-request" Codex draws its approval dialog),
+     "call": {"name": "drover_send", "arguments": {...}} to answer a turn with a call of that tool first, found
+              among the request's tools by name: Codex 0.169 offers an MCP server's tools in a namespace,
+              {"type": "namespace", "name": "mcp__SERVER", "tools": [{"type": "function", "name": TOOL, ...}]},
+              and takes the call back as a function_call carrying that "namespace"; a tool the request does not
+              offer is answered with a text saying so, for the test to see}
 
 Only turns (requests that carry tools) are delayed; Codex's small side requests are answered at once. Besides
 the requests, the log gets {"event": "closed", "req": N} when Codex hangs up on request N while it is stalled
@@ -148,6 +153,9 @@ class Handler(BaseHTTPRequestHandler):
     def _items(self, body: dict[str, Any], control: dict[str, Any]) -> list[dict[str, Any]]:
         inputs = [i for i in body.get("input") or [] if isinstance(i, dict)]
         answered_call = bool(inputs) and inputs[-1].get("type") in ("function_call_output", "custom_tool_call_output")
+        call = control.get("call")
+        if isinstance(call, dict) and call.get("name") and body.get("tools") and not answered_call:
+            return [self._named_call(body, call)]
         shell = control.get("shell")
         tool = self._shell_tool(body)
         if shell and tool and not answered_call:
@@ -162,6 +170,34 @@ class Handler(BaseHTTPRequestHandler):
                 "content": [{"type": "output_text", "text": text, "annotations": []}],
             }
         ]
+
+    @staticmethod
+    def _named_call(body: dict[str, Any], call: dict[str, Any]) -> dict[str, Any]:
+        name = str(call["name"])
+        where: dict[str, str] | None = None
+        for t in body.get("tools") or []:
+            if not isinstance(t, dict):
+                continue
+            if t.get("type") == "function" and t.get("name") == name:
+                where = {}
+            inner = [x.get("name") for x in t.get("tools") or [] if isinstance(x, dict)]
+            if t.get("type") == "namespace" and name in inner:
+                where = {"namespace": str(t.get("name"))}
+        if where is None:
+            offered = [t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
+            text = f"fake-responses: no tool {name} offered, only {offered}"
+            content = [{"type": "output_text", "text": text, "annotations": []}]
+            message_id = f"msg_{uuid.uuid4().hex[:24]}"
+            return {"type": "message", "id": message_id, "role": "assistant", "status": "completed", "content": content}
+        return {
+            "type": "function_call",
+            "id": f"fc_{uuid.uuid4().hex[:24]}",
+            "call_id": f"call_{uuid.uuid4().hex[:24]}",
+            "name": name,
+            **where,
+            "arguments": json.dumps(call.get("arguments") or {}),
+            "status": "completed",
+        }
 
     @staticmethod
     def _shell_tool(body: dict[str, Any]) -> str | None:
