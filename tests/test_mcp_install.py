@@ -353,3 +353,55 @@ def test_the_remote_side_reads_codex_config_on_python_3_6(tmp_path: Path) -> Non
         assert proc.returncode == 0, proc.stderr
         answers.append(json.loads(proc.stdout))
     assert answers == [[{"claude": True, "codex": True}, []], [{"claude": True, "codex": False}, []]]
+
+
+# -- what a stranger left in the files ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("on_path", [True, False], ids=["codex mcp add", "file"])
+def test_our_codex_entry_switched_off_is_switched_back_on_never_called_registered(
+    engines: Engines, cli: Any, on_path: bool
+) -> None:
+    engines.on_path(on_path)
+    args = ", ".join(json.dumps(a) for a in ours()[1:])
+    engines.config_toml.write_text(f'[mcp_servers.drover]\ncommand = "{ours()[0]}"\nargs = [{args}]\nenabled = false\n')
+    data = install(cli, "codex")
+    assert data["action"] == "replaced" and data["previous"] == [*ours(), "(enabled = false)"], data
+    assert tomllib.loads(engines.config_toml.read_text())["mcp_servers"]["drover"].get("enabled", True) is True
+    entry = engines.codex_entry()  # the real binary agrees: on
+    assert entry is not None and entry.get("enabled", True) is True, entry
+    assert install(cli, "codex")["action"] == "unchanged"
+
+
+def test_a_servers_table_that_is_none_is_a_config_error_and_the_file_stays(engines: Engines, cli: Any) -> None:
+    engines.on_path(False)
+    engines.config_toml.write_text("mcp_servers = 5\n")
+    res = cli("mcp", "install", "codex")
+    assert res.code == 7 and "`mcp_servers` is not a table" in res.err and "Traceback" not in res.err, res
+    assert engines.config_toml.read_text() == "mcp_servers = 5\n"
+    engines.claude_json.write_text('{"mcpServers": [1, 2]}')
+    res = cli("mcp", "install", "claude")
+    assert res.code == 7 and "`mcpServers` is not a table" in res.err, res
+    assert engines.claude_json.read_text() == '{"mcpServers": [1, 2]}'
+
+
+def test_a_drover_entry_that_is_not_a_server_is_replaced_only_with_force(engines: Engines, cli: Any) -> None:
+    engines.on_path(False)
+    engines.claude_json.write_text('{"mcpServers": {"drover": "garbage"}}')
+    res = cli("mcp", "install", "claude")
+    assert res.code == 2 and "not a server entry" in res.err and "--force" in res.err, res
+    assert json.loads(engines.claude_json.read_text()) == {"mcpServers": {"drover": "garbage"}}
+    assert install(cli, "claude", "--force")["action"] == "replaced"
+    assert json.loads(engines.claude_json.read_text())["mcpServers"]["drover"]["command"] == ours()[0]
+
+
+def test_a_long_command_is_printed_on_one_line_whatever_its_length(engines: Engines, cli: Any) -> None:
+    """A command to copy is never broken by the printer (CI's deep checkout wrapped `mcp serve` onto a new line)."""
+    deep = engines.home / ("d" * 120) / ("e" * 120)
+    deep.mkdir(parents=True)
+    fleet = deep / "fleet.toml"
+    fleet.write_text("")
+    res = cli("--fleet", str(fleet), "mcp", "install", "claude", "--print")
+    assert res.code == 0, res.err
+    (run,) = [line for line in res.out.splitlines() if "would run:" in line]
+    assert run.endswith(f"drover -- {line_of(ours())} --fleet {fleet}") or run.endswith(f"mcp serve --fleet {fleet}"), res.out

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, Pane, Tmux, drover_process, wait_for
+from tests.conftest import ROOT, Pane, Tmux, drover_process, stays, wait_for
 from tests.test_daemon import persistent as persistent_mode  # the fixture: persistent mode, its daemons stopped after
 from tests.test_daemon import status as daemon_status
 
@@ -521,3 +521,31 @@ def test_a_wait_whose_host_never_answers_still_returns_inside_the_call_with_a_cu
         run(body)
     finally:
         mute.close()
+
+
+@SLOW
+@pytest.mark.parametrize("after_s", [0.0, 1.0])
+def test_a_client_that_closes_both_streams_ends_the_server_quietly_not_as_a_bug(isolated: Path, after_s: float) -> None:
+    """The client goes away (its end of stdin and stdout closed) while the server is still starting or answering:
+    the server ends, exit 0, with one line saying so -- never "internal error" and a traceback."""
+    env = {k: v for k, v in os.environ.items() if k not in AGENT_CLAIMS}
+    env.setdefault("CLAUDE_CONFIG_DIR", str(isolated / "claude-config"))
+    errlog = isolated / f"gone-{after_s}.txt"
+    with errlog.open("w") as err:
+        proc = subprocess.Popen([DROVER, "mcp", "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env)
+    assert proc.stdin is not None and proc.stdout is not None
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    for msg in (
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "drover_list", "arguments": {}}},
+    ):
+        proc.stdin.write((json.dumps(msg) + "\n").encode())
+    proc.stdin.flush()
+    if after_s:
+        stays(lambda: proc.poll() is None, after_s, what="the server up")
+    proc.stdin.close()
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 0, errlog.read_text()
+    text = errlog.read_text()
+    assert "internal error" not in text and "Traceback" not in text, text

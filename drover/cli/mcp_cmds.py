@@ -91,17 +91,20 @@ def _show(data: dict[str, Any], entry: str | None) -> None:
     where = f"{data['engine']} ({data['scope']} scope)" if data["scope"] else data["engine"]
     line = shlex.join([data["command"], *data["args"]])
     if data["action"] == "unchanged":
-        render.out().print(Text(f"drover is already registered with {where} in {data['path']}: {line} (nothing changed)"))
+        # soft_wrap: a command line or path is never broken by a newline of rich's (a copied command must run)
+        render.out().print(
+            Text(f"drover is already registered with {where} in {data['path']}: {line} (nothing changed)"), soft_wrap=True
+        )
     elif data["printed"]:
         verb = "replace the `drover` server " + shlex.join(data["previous"]) + " with" if data["previous"] else "register"
-        render.out().print(Text(f"would {verb} {line} for {where}; nothing changed"))
+        render.out().print(Text(f"would {verb} {line} for {where}; nothing changed"), soft_wrap=True)
         for run in data["runs"]:
-            render.out().print(Text(f"  would run: {run}"))
+            render.out().print(Text(f"  would run: {run}"), soft_wrap=True)
         if entry is not None:
-            render.out().print(Text(f"  would write {data['path']} ({data['engine']}'s CLI is not on PATH):"))
-            render.out().print(Text(entry))
+            render.out().print(Text(f"  would write {data['path']} ({data['engine']}'s CLI is not on PATH):"), soft_wrap=True)
+            render.out().print(Text(entry), soft_wrap=True)
     else:
         how = f"through `{data['via']}`" if data["runs"] else f"by writing {data['path']} ({data['engine']}'s CLI is not on PATH)"
-        render.out().print(Text(f"{data['action']} drover for {where} {how}: {line}"))
+        render.out().print(Text(f"{data['action']} drover for {where} {how}: {line}"), soft_wrap=True)
     for note in data["notes"]:
         render.err().print(Text(f"note: {note}"), style="yellow")

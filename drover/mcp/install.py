@@ -114,16 +114,33 @@ def _read_toml(path: Path) -> Any:
 
 
 def existing(engine: str, path: Path) -> list[str] | None:
-    """The argv of the `drover` server registered in that file now, or None."""
-    if engine == "codex":
-        servers = _read_toml(path).get("mcp_servers") or {}
-    else:
-        servers = _read_json(path).get("mcpServers") or {}
-    entry = servers.get(NAME) if isinstance(servers, dict) else None
-    if not isinstance(entry, dict):
+    """The argv of the `drover` server registered in that file now, or None.  A servers table that is not one is
+    the file's fault (a config error, nothing overwritten); a `drover` entry that is not a server, or one switched
+    off (`enabled = false`), is shown as what it is -- not ours as it stands, so replacing it needs --force or,
+    for our own command switched off, is switching it back on."""
+    key = "mcp_servers" if engine == "codex" else "mcpServers"
+    data = _read_toml(path) if engine == "codex" else _read_json(path)
+    servers = data.get(key)
+    if servers is None:
         return None
+    if not isinstance(servers, dict):
+        raise ConfigError(
+            f"{path}: `{key}` is not a table of servers (it is {type(servers).__name__} {str(servers)[:40]!r})",
+            hint="fix the file, then run this again",
+        )
+    if NAME not in servers:
+        return None
+    entry = servers.get(NAME)
+    if not isinstance(entry, dict):
+        return [f"(not a server entry: {str(entry)[:40]!r})"]
     args = entry.get("args") or []
-    return [str(entry.get("command") or "")] + [str(a) for a in args if isinstance(args, list)]
+    argv = [str(entry.get("command") or "")] + [str(a) for a in args if isinstance(args, list)]
+    if entry.get("enabled") is False:
+        argv.append(DISABLED)
+    return argv
+
+
+DISABLED = "(enabled = false)"  # marks an entry switched off: never "already registered"
 
 
 # -- writing the file where the CLI is missing ---------------------------------------------------------------------
@@ -232,7 +249,8 @@ def plan(engine: str, scope: str | None, fleet: str | None, force: bool, cwd: Pa
     path = config_file(engine, scope or "user", cwd)
     cli = shutil.which(engine)
     p = Plan(engine, scope if engine == "claude" else None, command, path, existing(engine, path), cli)
-    if p.action == "replace" and not force:
+    ours_switched_off = p.current == [*command, DISABLED]
+    if p.action == "replace" and not force and not ours_switched_off:
         where = f"{engine} ({scope} scope, {path})" if engine == "claude" else f"codex ({path})"
         raise UsageError(
             f"another `{NAME}` MCP server is registered for {where}: {shlex.join(p.current or [])}",

@@ -257,4 +257,21 @@ def serve(fleet: str | None, debug: bool = False, starter_actor: str | None = No
         anyio.run(server.run_stdio_async)
     except KeyboardInterrupt:
         return 130
+    except BaseException as exc:
+        if not client_gone(exc):
+            raise
+        # The client closed our stdin/stdout mid-session: its calls that ran are recorded like any other (a send
+        # is resolvable by verify/retry); the ones it never saw started never ran.  An end, not a bug.
+        print("drover mcp: the client went away (its end of stdin/stdout closed); stopping", file=sys.stderr, flush=True)
+        return 0
     return 0
+
+
+def client_gone(exc: BaseException) -> bool:
+    """Whether `exc` is only the client's streams closing: a broken pipe, a reset, anyio's closed or broken
+    stream -- alone or as every leaf of an exception group (the SDK's task group raises one)."""
+    import anyio
+
+    if isinstance(exc, BaseExceptionGroup):
+        return all(client_gone(e) for e in exc.exceptions)
+    return isinstance(exc, BrokenPipeError | ConnectionResetError | anyio.ClosedResourceError | anyio.BrokenResourceError)
