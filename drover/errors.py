@@ -150,6 +150,10 @@ class UnknownHost(TargetError):
     code = P.UNKNOWN_HOST
 
 
+class UnknownEndpoint(TargetError):
+    code = P.UNKNOWN_ENDPOINT
+
+
 class SessionNotFound(TargetError):
     code = P.SESSION_NOT_FOUND
 

@@ -26,6 +26,9 @@ from drover.paths import MAX_DURATION_S, duration_s
 from drover.remote import protocol as P
 
 LOCAL = "local"
+# Receivers that are not sessions (drover/ops/endpoints.py): `bot:NAME`, `adapter:NAME`.  Their kinds are not host
+# names: a host called `bot` would make `bot:x` mean two things, and targets never guess.
+ENDPOINT_KINDS = ("bot", "adapter")
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")  # \Z: `$` would let a final newline through
 # The interpreter's path as the remote bootstrap accepts it (drover/transport/bundle.py): it is run unquoted by
 # whatever login shell the host has, so only characters no shell treats specially, and `~/` for the home.
@@ -282,6 +285,10 @@ class Fleet(_Strict):
                 raise ValueError(f"host name {name!r} must be letters, digits, '.', '_' or '-' (no ':')")
             if name == LOCAL and host.ssh:
                 raise ValueError("'local' is this machine and cannot have an ssh target")
+            if name in ENDPOINT_KINDS:
+                raise ValueError(
+                    f"host name {name!r} is reserved: `{name}:NAME` names a [{name}s.NAME] of the fleet; rename the host"
+                )
         return hosts
 
     def host_names(self) -> list[str]:

@@ -4,7 +4,8 @@ The part before the first ':' is the host whenever it could be one (a host name'
 guess, so `hbb:worker-1` with no host `hbb` is an unknown host (exit 6, naming the fleet's hosts), never the
 local pane `hbb:worker-1`.  A local pane whose name holds a ':' (a tmux session:window.pane) is written with its
 host: `local:work:1.0`.  A value with no ':' (or whose head cannot be a host name, `main/work:1.0`) is an ID on
-`local`.  An empty target, or a host with nothing after its ':', is a usage error (exit 2): there is no session
+`local`.  `bot:NAME` and `adapter:NAME` name receivers that are not sessions (no host may be called `bot` or
+`adapter`).  An empty target, or a host with nothing after its ':', is a usage error (exit 2): there is no session
 to name.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from drover.errors import UnknownEngine, UnknownHost, UsageError
-from drover.fleet import HOST_NAME, LOCAL, Fleet
+from drover.fleet import ENDPOINT_KINDS, HOST_NAME, LOCAL, Fleet
 from drover.remote import protocol as P
 
 HINT = "name a session as HOST:ID, e.g. local:%3 or box-a:webapp-f8; `drover ls` lists them"
@@ -38,6 +39,14 @@ def parse(value: str, fleet: Fleet) -> Target:
     if not value.strip():
         raise EmptyTarget("the target is empty", hint=HINT)
     head, sep, rest = value.partition(":")
+    if sep and head in ENDPOINT_KINDS:
+        # `bot:NAME`, `adapter:NAME`: a receiver that is not a session (drover/ops/endpoints.py); its name is checked
+        # against the fleet where it is sent to, with the fleet's names in the error.
+        if not rest.strip():
+            raise EmptyTarget(
+                f"the target {value!r} names no {head}", hint=f"write {head}:NAME, NAME a [{head}s.NAME] of the fleet"
+            )
+        return Target(head, rest, True)
     if sep and head in fleet.host_names():
         if not rest.strip():
             raise EmptyTarget(f"the target {value!r} names host {head!r} but no session on it", hint=HINT)

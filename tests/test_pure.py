@@ -49,6 +49,7 @@ PINNED_CODES = {
         "session_exited",
         "session_not_found",
         "target",
+        "unknown_endpoint",
         "unknown_host",
     ],
     "config": [

@@ -18,9 +18,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from drover import limits
-from drover.errors import DroverError, EmptyText, ExitCode, TargetError, TruthFileError
+from drover.errors import DroverError, EmptyText, ExitCode, TargetError, TruthFileError, UsageError
 from drover.fleet import LOCAL
-from drover.ops import exited
+from drover.ops import endpoints, exited
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host
 from drover.ops.outcome import Outcome
@@ -162,6 +162,8 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
     by default drover looks (drover/self_session.py)."""
     if not req.text.strip():
         raise EmptyText("the message text is empty", hint="give the text as an argument, or - to read it from stdin")
+    if req.host in endpoints.KINDS:
+        return await _endpoint_message(ctx, req, tags)
     fleet = ctx.fleet
     check_engine(fleet, req.expect_engine)  # a typo there would refuse every send as a mismatch: said, not recorded
     actor = ctx.who(req.actor)
@@ -248,6 +250,73 @@ async def sessions_message(ctx: Context, req: MessageRequest, tags: dict[str, An
         return _result(ctx, msg_id, base, outcome, host)
 
 
+async def _endpoint_message(ctx: Context, req: MessageRequest, tags: dict[str, Any] | None) -> Result:
+    """A message to `bot:NAME` or `adapter:NAME` (drover/ops/endpoints.py): the same record as a session's --
+    accepted first, then the receiver's answer -- with no session to resolve.  Session-only choices (a lane, an
+    engine, the owner's words, raw text) do not apply and are refused rather than ignored."""
+    kind, name = req.host, req.id
+    misfit = [
+        flag
+        for flag, on in (
+            ("--via", req.via != "auto"),
+            ("--expect-engine", req.expect_engine),
+            ("--as-owner", req.as_owner),
+            ("--raw", req.raw),
+        )
+        if on
+    ]
+    if misfit:
+        raise UsageError(f"{', '.join(misfit)} apply to sessions, not to {kind}:{name}", hint="send to it without them")
+    actor = ctx.who(req.actor)
+    lim = ctx.fleet.limits
+    unknown: DroverError | None = None
+    try:
+        endpoints.check(ctx.fleet, kind, name)
+    except DroverError as exc:
+        unknown = exc  # recorded as provably failed, as a send to an unknown host is
+    options = {**endpoints.options(kind, name), **(tags or {})}
+
+    def check(recent: list[dict[str, Any]]) -> dict[str, Any] | None:
+        return limits.check(
+            lim, kind, options["identity"] if unknown is None else name, req.text, time.time(), [] if unknown else recent
+        )
+
+    ctx.truth.check_locks()
+    msg_id, refusal = ctx.truth.accept(
+        actor=actor,
+        host=kind,
+        target=name,
+        text=req.text,
+        options=options,
+        max_stored_chars=lim.max_chars,
+        check=check,
+        window_s=limits.window_s(lim),
+    )
+    base: dict[str, Any] = {"host": kind, "target": name, "actor": actor}
+    if refusal is not None:
+        return _result(ctx, msg_id, base, Outcome.of({"outcome": P.REFUSED, "lane": None, **refusal}), kind, record=False)
+    if unknown is not None:
+        return _result(ctx, msg_id, base, _failure(unknown, sent=False), kind)
+    with contextlib.ExitStack() as holding:
+        try:
+            holding.enter_context(ctx.truth.working_on(msg_id, exclusive=False))
+        except TruthFileError as exc:
+            return _result(ctx, msg_id, base, _failure(exc, sent=False), kind)
+        outcome = await _endpoint_attempt(ctx, kind, name, msg_id, req.text, actor, 1)
+        return _result(ctx, msg_id, base, outcome, kind)
+
+
+async def _endpoint_attempt(ctx: Context, kind: str, name: str, msg_id: str, text: str, actor: str, attempt: int) -> Outcome:
+    try:
+        return await endpoints.deliver(ctx, kind, name, msg_id=msg_id, text=text, actor=actor, attempt=attempt)
+    except DroverError as exc:
+        return _failure(exc, sent=True)
+    except asyncio.CancelledError:
+        interrupted = {"outcome": P.FAILED, "code": P.INTERRUPTED, "indeterminate": True, "detail": INTERRUPTED}
+        _record(ctx, msg_id, Outcome.of(interrupted))
+        raise
+
+
 # -- finishing a message later -----------------------------------------------------------------------------------
 
 
@@ -262,6 +331,8 @@ def _one(ctx: Context, ref: str) -> Message:
 
 async def _look(ctx: Context, m: Message) -> dict[str, Any]:
     """Ask the message's host whether its session's record shows it, and whether it sits in the input box."""
+    if m.host in endpoints.KINDS:
+        return endpoints.unseen(m.host)
     pin = m.options.get("pin")
     if not pin:
         raise TargetError(
@@ -360,6 +431,12 @@ async def _retry(ctx: Context, m: Message, base: dict[str, Any]) -> Result:
         if not ctx.route(m.host).owner_relay:
             why = f"--as-owner is not allowed for {m.host} (owner_relay is off)"
             return _result(ctx, m.id, base, _not_now(m, P.OWNER_RELAY_OFF, why), m.host, record=False)
+    if m.host in endpoints.KINDS:
+        # No record of the receiver's to look in: the same id goes again, and the receiver tells a repeat by it.
+        attempts = 1 + sum(1 for e in ctx.truth.recent(m.ts) if e.get("event") == "outcome" and e.get("id") == m.id)
+        outcome = await _endpoint_attempt(ctx, m.host, m.target, m.id, m.text, m.actor, attempts)
+        outcome.attempt = "retry"
+        return _result(ctx, m.id, base, outcome, m.host)
     seen = await _look(ctx, m)
     if m.options.get("identity") and seen.get("identity") != m.options["identity"]:
         why = (

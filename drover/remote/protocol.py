@@ -63,6 +63,7 @@ MESSAGE_NOT_FOUND = "message_not_found"
 SESSION_EXITED = "session_exited"
 AMBIGUOUS_MESSAGE = "ambiguous_message"
 HANDOFF_BROKEN = "handoff_broken"  # the named session is gone and no generation of its handoff chain lives
+UNKNOWN_ENDPOINT = "unknown_endpoint"  # `bot:NAME` / `adapter:NAME` with no such entry in the fleet
 # Config
 BAD_PROFILE = "bad_profile"
 CONFIG_ERROR = "config"
@@ -199,6 +200,7 @@ CODES = {
     AMBIGUOUS_MESSAGE: TARGET,
     SESSION_EXITED: TARGET,
     HANDOFF_BROKEN: TARGET,
+    UNKNOWN_ENDPOINT: TARGET,
     BAD_PROFILE: CONFIG,
     CONFIG_ERROR: CONFIG,
     FLEET_INVALID: CONFIG,
