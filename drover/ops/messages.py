@@ -83,15 +83,21 @@ async def messages_list(ctx: Context, req: ListRequest) -> Result:
         if not req.text:
             d["text"] = m.text[:120]
         out.append(d)
-    return Result(
-        {
-            "messages": out,
-            "total": found.total,
-            "complete": found.complete,
-            "truth_file": str(truth.path),
-            "warnings": found.stats.warnings(),
-        }
-    )
+    data: dict[str, Any] = {
+        "messages": out,
+        "total": found.total,
+        "complete": found.complete,
+        "truth_file": str(truth.path),
+        "warnings": found.stats.warnings(),
+    }
+    to_bots = [m for m in found.messages if m.host == "bot"]
+    if to_bots:  # the bots' replies to these messages, marked untrusted (a member only when there are some)
+        from drover.bots.replies import answering
+
+        chats = answering(truth, {m.id for m in to_bots}, min(m.ts for m in to_bots))
+        if chats:
+            data["chats"] = chats if req.text else [{**c, "text": c["text"][:120]} for c in chats]
+    return Result(data)
 
 
 @op("messages.get", GetRequest, "one message from the truth file, with its full text and outcome", "drover log show")
