@@ -116,6 +116,7 @@ def test_a_send_is_a_signed_post_whose_signature_covers_the_body(cli: Cli, fleet
     assert code == ExitCode.OK, doc
     out = outcome_of(doc)
     assert (out["outcome"], out["lane"], out["verified"], out["status"]) == ("delivered", "bot", True, 200)
+    assert out["verification"] == "the bot's own answer, HTTP 200" and out["webhook_id"] == doc["data"]["id"]
     msg_id = doc["data"]["id"]
     assert len(bot.got) == 1
     headers, body = bot.got[0]
@@ -322,6 +323,8 @@ def test_a_signed_reply_is_recorded_untrusted_and_shown_so(cli: Cli, fleet_file:
     log = cli("log", "--json").json()["data"]
     assert [(c["id"], c["untrusted"]) for c in log["chats"]] == [(answer["id"], True)]
     assert "[untrusted]" in cli("log").out
+    by_target = cli("log", "--target", "bot:b", "--json").json()["data"]
+    assert [m["id"] for m in by_target["messages"]] == [msg_id] and len(by_target["chats"]) == 1
     assert cli("read", "bot:other", "--json").json()["data"]["events"] == []
     assert any("200" in line for line in listener.lines)
 
@@ -340,6 +343,7 @@ def test_forged_callbacks_are_refused_and_recorded(cli: Cli, fleet_file: Path, b
         ("unknown_message", reply("msg_0123456789abcdef", "x"), signed(reply("msg_0123456789abcdef", "x"), wid="cb_u"), 422),
         ("unknown_message", reply(other_doc["data"]["id"], "x"), signed(reply(other_doc["data"]["id"], "x"), wid="cb_o"), 422),
         ("missing_headers", good, {"content-type": "application/json"}, 400),
+        ("bad_webhook_id", good, signed(good, wid='cb"quoted'), 400),  # the replay check reads ids as written
     ]
     for reason, body, headers, expected in cases:
         status, answer = post(url, body, headers)

@@ -6,7 +6,8 @@
   command, and everything that shows it says so;
 - refused (answered 4xx): a `callback_refused` event with the reason and a bounded excerpt of the body.
 
-In order: a bot the fleet has (`unknown_bot`), the three headers (`missing_headers`), the signature over the raw
+In order: a bot the fleet has (`unknown_bot`), the three headers (`missing_headers`; a webhook-id of plain
+characters, `bad_webhook_id`), the signature over the raw
 bytes (`bad_signature`: computed by the `standardwebhooks` package, compared in constant time), the timestamp
 within `[webhook] tolerance` (`stale_timestamp`, either way), a JSON object with `in_reply_to` and `text`
 (`bad_body`), `in_reply_to` naming a message drover sent to that bot (`unknown_message`), and a webhook-id not
@@ -47,6 +48,7 @@ MAX_BODY = 1 << 20  # a reply is text for a person or a session, not a file tran
 EXCERPT = 200  # what a refused callback keeps of its body
 SLACK_S = 60.0  # the replay window reaches this much past the tolerance (clocks, the record's order)
 MESSAGE_ID = re.compile(r"^msg_[0-9a-f]{12,}\Z")
+WEBHOOK_ID = re.compile(r"^[A-Za-z0-9_.:+/=-]{1,200}\Z")
 
 
 def new_chat_id() -> str:
@@ -85,6 +87,9 @@ def _verify(fleet: Fleet, bot: str | None, headers: dict[str, str], raw: bytes, 
     wid, stamp, sig = (headers.get(h, "") for h in ("webhook-id", "webhook-timestamp", "webhook-signature"))
     if not (wid and stamp and sig):
         raise Refused(400, "missing_headers", "webhook-id, webhook-timestamp and webhook-signature are all required")
+    if not WEBHOOK_ID.match(wid):
+        # Written as it is in the record, so the replay check finds it by its bytes (no JSON escapes).
+        raise Refused(400, "bad_webhook_id", f"webhook-id {_short(wid, 64)!r} must be 1-200 of A-Z a-z 0-9 _ . : + / = -")
     if not stamp.isdigit() or len(stamp) > 12:
         raise Refused(400, "bad_signature", f"webhook-timestamp {_short(stamp, 32)!r} is not whole seconds")
     try:
@@ -180,6 +185,7 @@ def make_server(
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = "drover-webhook"
         sys_version = ""
+        timeout = 30  # a client that stops sending mid-request gives its thread back
 
         def _answer(self, status: int, doc: dict[str, Any]) -> None:
             data = json.dumps(doc).encode()

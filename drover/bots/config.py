@@ -104,6 +104,13 @@ class WebhookConfig(BaseModel):
     tolerance: Seconds = Field(300.0, gt=0, le=86400)
     callback_url: str | None = None
 
+    @field_validator("callback_url")
+    @classmethod
+    def _callback_http(cls, value: str | None) -> str | None:
+        if value is not None and (not re.match(r"^https?://[^\s/?#]+", value) or any(c.isspace() for c in value)):
+            raise ValueError(f"[webhook] callback_url {value!r} must be an http:// or https:// address with a host")
+        return value
+
     @model_validator(mode="after")
     def _loopback(self) -> WebhookConfig:
         check_listen(self.listen, self.public)
@@ -111,7 +118,7 @@ class WebhookConfig(BaseModel):
 
     def callback(self, bot: str, listen: str | None = None) -> str:
         if self.callback_url:
-            return f"{self.callback_url}?bot={bot}"
+            return f"{self.callback_url}{'&' if '?' in self.callback_url else '?'}bot={bot}"
         host, port = split_listen(listen or self.listen)
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{port}/drover/reply?bot={bot}"

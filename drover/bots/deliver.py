@@ -21,6 +21,7 @@ import http.client
 import json
 import os
 import socket
+import ssl
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
@@ -69,7 +70,9 @@ def post(url: str, secret: str, msg_id: str, body: dict[str, Any], timeout: floa
     opener = urllib.request.build_opener(_NoRedirect)
     try:
         with opener.open(req, timeout=timeout) as resp:
-            return {"outcome": P.DELIVERED, "status": resp.status, "detail": f"HTTP {resp.status}", "verified": True}
+            status = resp.status
+            why = f"the bot's own answer, HTTP {status}"
+            return {"outcome": P.DELIVERED, "status": status, "detail": f"HTTP {status}", "verified": True, "verification": why}
     except urllib.error.HTTPError as exc:
         status = exc.code
         said = _excerpt(exc.read() if exc.fp is not None else b"")
@@ -90,7 +93,7 @@ def post(url: str, secret: str, msg_id: str, body: dict[str, Any], timeout: floa
     except urllib.error.URLError as exc:
         # Raised while connecting or writing the request: refused and unresolvable addresses provably got nothing.
         reason = exc.reason
-        sure = isinstance(reason, ConnectionRefusedError | socket.gaierror)
+        sure = isinstance(reason, ConnectionRefusedError | socket.gaierror | ssl.SSLCertVerificationError)
         code = P.BOT_TIMEOUT if isinstance(reason, TimeoutError) else P.BOT_UNREACHABLE
         out: dict[str, Any] = {"outcome": P.FAILED, "code": code, "detail": f"{url}: {neutralise(str(reason))[:EXCERPT]}"}
         if not sure:

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import Field
 
 from drover.errors import InvalidRequest, TargetError
+from drover.fleet import ENDPOINT_KINDS
 from drover.ops.core import Context, Request, Result, op
 from drover.paths import DURATION_FORMS, parse_duration
 
@@ -60,7 +61,7 @@ async def messages_list(ctx: Context, req: ListRequest) -> Result:
     host, target = req.host, req.target
     if target and ":" in target and host is None:
         head, rest = target.split(":", 1)
-        if head in ctx.fleet.host_names():
+        if head in ctx.fleet.host_names() or head in ENDPOINT_KINDS:  # `bot:NAME` is the bot's messages
             host, target = head, rest
     cutoff = since_ts(req.since) if req.since else None
     host_in = None
