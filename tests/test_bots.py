@@ -241,6 +241,8 @@ def test_config_checks(cli: Cli, isolated: Path) -> None:
         BotConfig(url="http://x", secret="nope")
     with pytest.raises(ValueError, match="exactly one"):
         BotConfig(url="http://x")
+    with pytest.raises(ValueError, match="DROVER_"):
+        BotConfig(url="http://x", secret_env="TRIAGE_SECRET")
     with pytest.raises(ValueError, match="http:// or https://"):
         BotConfig(url="ftp://x", secret=SECRET)
     made = BotConfig(url="http://x", secret=SECRET)

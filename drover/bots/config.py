@@ -16,7 +16,9 @@ from drover.fleet_engines import Seconds
 
 # Standard Webhooks secrets: `whsec_` and base64 of at least 24 random bytes (the spec asks 24 to 64).
 SECRET_FORM = re.compile(r"^whsec_[A-Za-z0-9+/]{32,}={0,2}\Z")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+# DROVER_ only: a persistent daemon serves only callers whose DROVER_* variables match its own (drover/paths.py), so a
+# secret in any other variable could be one caller's and the daemon's another's.
+ENV_NAME = re.compile(r"^DROVER_[A-Za-z0-9_]+\Z")
 SECRET_HINT = (
     "a Standard Webhooks secret: whsec_ and base64 of 24+ random bytes "
     "(python3 -c 'import base64,os; print(\"whsec_\"+base64.b64encode(os.urandom(32)).decode())')"
@@ -49,7 +51,10 @@ class BotConfig(BaseModel):
     @classmethod
     def _env(cls, value: str | None) -> str | None:
         if value is not None and not ENV_NAME.match(value):
-            raise ValueError(f"secret_env {value!r} must be an environment variable's name")
+            raise ValueError(
+                f"secret_env {value!r} must name a DROVER_... environment variable (the persistent daemon shares the "
+                "callers' DROVER_* variables, no others)"
+            )
         return value
 
     @field_serializer("secret")
