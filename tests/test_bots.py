@@ -335,6 +335,9 @@ def test_forged_callbacks_are_refused_and_recorded(cli: Cli, fleet_file: Path, b
     _, doc = send(cli, "to b")
     msg_id = doc["data"]["id"]
     _, other_doc = send(cli, "to other", "bot:other")
+    code, dup = send(cli, "to b")  # the same text again at once: drover's own limits refuse it, nothing is sent
+    assert code == ExitCode.REFUSED and dup["data"]["code"] == "duplicate"
+    dup_id = dup["data"]["id"]
     url = listener.url + "?bot=b"
     good = reply(msg_id, "a real reply")
     cases: list[tuple[str, bytes, dict[str, str], int]] = [
@@ -344,6 +347,7 @@ def test_forged_callbacks_are_refused_and_recorded(cli: Cli, fleet_file: Path, b
         ("stale_timestamp", good, signed(good, SECRET, "cb_new", time.time() + 400), 400),
         ("unknown_message", reply("msg_0123456789abcdef", "x"), signed(reply("msg_0123456789abcdef", "x"), wid="cb_u"), 422),
         ("unknown_message", reply(other_doc["data"]["id"], "x"), signed(reply(other_doc["data"]["id"], "x"), wid="cb_o"), 422),
+        ("unknown_message", reply(dup_id, "x"), signed(reply(dup_id, "x"), wid="cb_dup"), 422),
         ("missing_headers", good, {"content-type": "application/json"}, 400),
         ("bad_webhook_id", good, signed(good, wid='cb"quoted'), 400),  # the replay check reads ids as written
     ]

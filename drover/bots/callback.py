@@ -10,7 +10,8 @@ In order: a bot the fleet has (`unknown_bot`), the three headers (`missing_heade
 characters, `bad_webhook_id`), the signature over the raw
 bytes (`bad_signature`: computed by the `standardwebhooks` package, compared in constant time), the timestamp
 within `[webhook] tolerance` (`stale_timestamp`, either way), a JSON object with `in_reply_to` and `text`
-(`bad_body`), `in_reply_to` naming a message drover sent to that bot (`unknown_message`), and a webhook-id not
+(`bad_body`), `in_reply_to` naming a message drover sent (or may have sent) to that bot -- not one its
+limits refused, nor one that never left (`unknown_message`), and a webhook-id not
 already accepted (`replayed`).  The replay check reads the record's last `tolerance` seconds under the record's
 lock (drover/lifecycle.py record_once), so it survives a restart and two listeners at once: an older replay fails
 the timestamp, and the signature covers the timestamp, so it cannot be refreshed.
@@ -40,6 +41,7 @@ from standardwebhooks.webhooks import Webhook
 from drover import lifecycle
 from drover.fleet import Fleet
 from drover.record import VERSION, now_iso
+from drover.remote import protocol as P
 from drover.remote.text import neutralise
 from drover.truth import TruthFile
 
@@ -116,11 +118,21 @@ def _verify(fleet: Fleet, bot: str | None, headers: dict[str, str], raw: bytes, 
     return wid, reply
 
 
+# Outcomes that say no request left drover: a reply "to" such a message answers something the bot never got.
+NEVER_SENT = frozenset({P.DUPLICATE, P.RATE_LIMITED, P.TOO_LARGE, P.BOT_SECRET, P.UNKNOWN_ENDPOINT})
+
+
 def _sent_to(truth: TruthFile, msg_id: str, bot: str) -> bool:
+    """Did drover send (or may it have sent) this message to this bot?  A message still without an outcome counts:
+    a quick bot answers from inside the request, before drover has written what its answer meant."""
     if not MESSAGE_ID.match(msg_id):
         return False
     hits, _count, _stats = truth.find(msg_id)
-    return bool(hits) and hits[0].id == msg_id and hits[0].host == "bot" and hits[0].target == bot
+    if not hits or hits[0].id != msg_id or hits[0].host != "bot" or hits[0].target != bot:
+        return False
+    m = hits[0]
+    unsent = m.outcome is not None and (m.code in NEVER_SENT or (m.code == P.BOT_UNREACHABLE and not m.indeterminate))
+    return not unsent or m.uncertain
 
 
 def _refused_event(bot: str | None, headers: dict[str, str], raw: bytes, exc: Refused, remote: str) -> dict[str, Any]:
