@@ -328,6 +328,7 @@ def test_a_signed_reply_is_recorded_untrusted_and_shown_so(cli: Cli, fleet_file:
     by_target = cli("log", "--target", "bot:b", "--json").json()["data"]
     assert [m["id"] for m in by_target["messages"]] == [msg_id] and len(by_target["chats"]) == 1
     assert cli("read", "bot:other", "--json").json()["data"]["events"] == []
+    assert f"chat            bot:b  {answer['id']}  [untrusted] re {msg_id}" in cli("events").out
     assert any("200" in line for line in listener.lines)
 
 
