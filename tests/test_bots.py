@@ -473,3 +473,33 @@ def test_fleet_show_never_prints_a_secret(cli: Cli, fleet_file: Path) -> None:
     assert SECRET not in res.out and SECRET[6:] not in res.out
     assert res.json()["data"]["fleet"]["bots"]["b"]["secret"] == "whsec_(hidden)"
     assert SECRET not in repr(Fleet.model_validate({"bots": {"b": {"url": "http://x", "secret": SECRET}}}))
+
+
+def test_a_send_through_the_persistent_daemon_signs_with_the_callers_secret(
+    fleet_file: Path, bot: Bot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon serves only callers whose DROVER_* variables match its own: a DROVER_ secret_env is one of them,
+    so the daemon signs with the secret the caller has (and another value reaches another daemon)."""
+    import tempfile
+
+    from tests.conftest import drover_process
+
+    run_dir = Path(tempfile.mkdtemp(prefix="drb-"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run_dir))
+    monkeypatch.setenv("DROVER_DAEMON", "1")
+    monkeypatch.setenv("DROVER_DAEMON_IDLE_S", "60")
+    monkeypatch.setenv("DROVER_TEST_BOT_SECRET", SECRET)
+    fleet_file.write_text(f'[bots.b]\nurl = "{bot.url}"\nsecret_env = "DROVER_TEST_BOT_SECRET"\nretries = 0\n', encoding="utf-8")
+    try:
+        assert drover_process("daemon", "start").code == 0
+        res = drover_process("send", "bot:b", "via the daemon", "--json")
+        assert res.code == 0, res.err
+        assert json.loads(res.out)["data"]["outcome"] == "delivered"
+        status = json.loads(drover_process("daemon", "status", "--json").out)
+        assert status["served"] == 1  # it was the daemon that sent it
+        assert Webhook(SECRET).verify(bot.got[0][1], bot.got[0][0])["text"] == "via the daemon"
+    finally:
+        drover_process("daemon", "stop")
+        import shutil
+
+        shutil.rmtree(run_dir, ignore_errors=True)
