@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from drover import paths
+from drover.bots.config import BotConfig, WebhookConfig
 from drover.errors import ConfigError, FleetInvalid, TargetError, UnknownHost, UsageError
 from drover.fleet_engines import EngineProfile, MaybeSeconds, Seconds, SpawnEngine, _Strict, check_regexes
 from drover.fleet_lines import deep_line, problems, strange_values
@@ -223,6 +224,9 @@ class Fleet(_Strict):
     engines: dict[str, EngineProfile] = Field(default_factory=dict)
     spawn: dict[str, SpawnEngine] = Field(default_factory=dict)
     nudge: list[NudgeEntry] = Field(default_factory=list)
+    # Receivers that are not sessions (drover/bots/): `bot:NAME` is a [bots.NAME]; [webhook] is their reply listener.
+    bots: dict[str, BotConfig] = Field(default_factory=dict)
+    webhook: WebhookConfig = Field(default_factory=WebhookConfig)
 
     @field_validator("nudge", mode="before")
     @classmethod
@@ -276,6 +280,14 @@ class Fleet(_Strict):
                     f"hosts: {', '.join(known)}; a local pane whose name holds ':' is written local:{entry.target})"
                 )
         return entries
+
+    @field_validator("bots")
+    @classmethod
+    def _bot_names(cls, bots: dict[str, BotConfig]) -> dict[str, BotConfig]:
+        for name in bots:
+            if not HOST_NAME.match(name):
+                raise ValueError(f"bot name {name!r} must be letters, digits, '.', '_' or '-'")
+        return bots
 
     @field_validator("hosts")
     @classmethod

@@ -14,6 +14,7 @@ DOCUMENT_KEYS = ["drover", "op", "ok", "data", "errors"]
 
 OPS = {
     "board": ["hosts", "tags", "held_since"],
+    "bots.pass_on": ["chat", "host", "id", "note", "actor"],
     "events.read": ["since", "limit", "kinds", "wait_s"],
     "files.wait": ["host", "path", "changed", "timeout_s", "baseline", "poll"],
     "fleet.add": [

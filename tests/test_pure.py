@@ -54,6 +54,7 @@ PINNED_CODES = {
     ],
     "config": [
         "bad_profile",
+        "bot_secret",
         "config",
         "fleet_invalid",
         "identity_missing",
@@ -64,6 +65,9 @@ PINNED_CODES = {
         "truth_unwritable",
     ],
     "refusal": [
+        "bot_disabled",
+        "bot_redirect",
+        "bot_refused",
         "busy",
         "cannot_verify",
         "changed_before_enter",
@@ -107,6 +111,9 @@ PINNED_CODES = {
     "drop": ["hop_loop", "hop_runaway", "queue_full", "receiver_dropped"],
     "failure": [
         "auth_failed",
+        "bot_failed",
+        "bot_timeout",
+        "bot_unreachable",
         "bundle_mismatch",
         "connect_timeout",
         "connection_lost",

@@ -219,7 +219,9 @@ def read(
     target: Annotated[
         str,
         typer.Argument(
-            help="HOST:ID (a Claude session, or a Codex rollout id)", show_default=False, autocompletion=complete_target
+            help="HOST:ID (a Claude session, or a Codex rollout id), or bot:NAME (its replies)",
+            show_default=False,
+            autocompletion=complete_target,
         ),
     ],
     last: Annotated[int, typer.Option("--last", "-n", help="the last N matching events")] = 20,

@@ -33,6 +33,9 @@ def _line(item: dict[str, Any]) -> str:
     who = ev.get("target") or session.get("name") or session.get("id") or ev.get("name") or session.get("identity") or ""
     where = f"{ev.get('host')}:{who}" if ev.get("host") else str(who)
     extra = ev.get("outcome") or ev.get("summary") or ""
+    if ev.get("event") in ("chat", "callback_refused"):  # a bot's reply (its words are data), or a refused callback
+        where = f"bot:{ev.get('bot')}"
+        extra = f"[untrusted] re {ev.get('in_reply_to')}" if ev.get("event") == "chat" else str(ev.get("reason"))
     stamp = (ev.get("time") or "")[:19].replace("T", " ")
     return f"{stamp}  {ev.get('event', '?'):<15} {where}  {ev.get('id', '')}  {extra}".rstrip() + f"  @{item['cursor']}"
 

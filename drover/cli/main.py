@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from drover.cli import (  # noqa: F401 - importing a command module registers it
+    bot_cmds,
     commands,
     connect_cmds,
     daemon_cmds,

@@ -303,6 +303,17 @@ def messages_table(data: dict[str, Any]) -> None:
         out().print(table)
     else:
         out().print(f"no messages match (truth file: {data.get('truth_file')})", style="dim")
+    for c in data.get("chats") or []:  # bots' replies: their words, shown as data
+        stamp = (c.get("time") or "")[:19].replace("T", " ")
+        said = (c.get("text") or "").replace("\n", " ⏎ ")
+        out().print(
+            Text.assemble(
+                (f"{stamp} {c.get('id')} ", "dim"),
+                (f"bot:{c.get('bot')} [untrusted] ", "yellow"),
+                f"re {c.get('in_reply_to')}: ",
+                said,
+            )
+        )
 
 
 def message(data: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from drover.ops import (  # noqa: F401 - registration side effect
     board,
+    bots,
     broadcast,
     done,
     events,

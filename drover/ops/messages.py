@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import Field
 
 from drover.errors import InvalidRequest, TargetError
+from drover.fleet import ENDPOINT_KINDS
 from drover.ops.core import Context, Request, Result, op
 from drover.paths import DURATION_FORMS, parse_duration
 
@@ -60,7 +61,7 @@ async def messages_list(ctx: Context, req: ListRequest) -> Result:
     host, target = req.host, req.target
     if target and ":" in target and host is None:
         head, rest = target.split(":", 1)
-        if head in ctx.fleet.host_names():
+        if head in ctx.fleet.host_names() or head in ENDPOINT_KINDS:  # `bot:NAME` is the bot's messages
             host, target = head, rest
     cutoff = since_ts(req.since) if req.since else None
     host_in = None
@@ -83,15 +84,21 @@ async def messages_list(ctx: Context, req: ListRequest) -> Result:
         if not req.text:
             d["text"] = m.text[:120]
         out.append(d)
-    return Result(
-        {
-            "messages": out,
-            "total": found.total,
-            "complete": found.complete,
-            "truth_file": str(truth.path),
-            "warnings": found.stats.warnings(),
-        }
-    )
+    data: dict[str, Any] = {
+        "messages": out,
+        "total": found.total,
+        "complete": found.complete,
+        "truth_file": str(truth.path),
+        "warnings": found.stats.warnings(),
+    }
+    to_bots = [m for m in found.messages if m.host == "bot"]
+    if to_bots:  # the bots' replies to these messages, marked untrusted (a member only when there are some)
+        from drover.bots.replies import answering
+
+        chats = answering(truth, {m.id for m in to_bots}, min(m.ts for m in to_bots))
+        if chats:
+            data["chats"] = chats if req.text else [{**c, "text": c["text"][:120]} for c in chats]
+    return Result(data)
 
 
 @op("messages.get", GetRequest, "one message from the truth file, with its full text and outcome", "drover log show")

@@ -148,6 +148,10 @@ async def sessions_read(ctx: Context, req: ReadRequest) -> Result:
             raise InvalidRequest(f"grep: {req.grep!r} is not a valid regular expression: {exc}") from None
     if req.since:
         args["since"] = since_ts(req.since)
+    if req.host == "bot":  # no host to ask: a bot's replies are in the record (drover/ops/bots.py)
+        from drover.ops.bots import read_bot
+
+        return read_bot(ctx, req.id, req.last, req.roles, req.grep, args.get("since"))
     try:
         data = await call_host(ctx, req.host, "read", args)
     except DroverError as exc:

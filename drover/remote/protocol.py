@@ -64,6 +64,14 @@ SESSION_EXITED = "session_exited"
 AMBIGUOUS_MESSAGE = "ambiguous_message"
 HANDOFF_BROKEN = "handoff_broken"  # the named session is gone and no generation of its handoff chain lives
 UNKNOWN_ENDPOINT = "unknown_endpoint"  # `bot:NAME` / `adapter:NAME` with no such entry in the fleet
+# A bot's webhook (drover/bots/deliver.py): what its HTTP answer, or the lack of one, means
+BOT_DISABLED = "bot_disabled"  # it answered 410: sends are refused until its url or secret changes
+BOT_REDIRECT = "bot_redirect"  # it answered a redirect, which is never followed
+BOT_REFUSED = "bot_refused"  # another 4xx
+BOT_FAILED = "bot_failed"  # a 5xx: retryable, the same webhook-id
+BOT_TIMEOUT = "bot_timeout"  # no answer in its timeout
+BOT_UNREACHABLE = "bot_unreachable"  # no connection, or it broke
+BOT_SECRET = "bot_secret"  # its secret_env names no whsec_ secret: nothing was sent
 # Config
 BAD_PROFILE = "bad_profile"
 CONFIG_ERROR = "config"
@@ -201,6 +209,13 @@ CODES = {
     SESSION_EXITED: TARGET,
     HANDOFF_BROKEN: TARGET,
     UNKNOWN_ENDPOINT: TARGET,
+    BOT_DISABLED: REFUSAL,
+    BOT_REDIRECT: REFUSAL,
+    BOT_REFUSED: REFUSAL,
+    BOT_FAILED: FAILURE,
+    BOT_TIMEOUT: FAILURE,
+    BOT_UNREACHABLE: FAILURE,
+    BOT_SECRET: CONFIG,
     BAD_PROFILE: CONFIG,
     CONFIG_ERROR: CONFIG,
     FLEET_INVALID: CONFIG,
