@@ -47,9 +47,15 @@ def test_a_thread_that_is_no_panes_is_read_once(lab: CodexLab, monkeypatch: pyte
     reads: list[str] = []
     real_call = codex.call
 
-    def counting(home: str, calls: list[tuple[str, dict[str, Any]]], timeout: float = 3.0) -> list[dict[str, Any]]:
+    Calls = list[tuple[str, dict[str, Any]]]
+
+    def counted(calls: Calls) -> Calls:
         reads.extend(str(p["threadId"]) for method, p in calls if method == "thread/read")
-        return real_call(home, calls, timeout)
+        return calls
+
+    def counting(home: str, calls: Calls, timeout: float = 3.0, then: Any = None) -> list[dict[str, Any]]:
+        follow = (lambda answers: counted(then(answers))) if then is not None else None
+        return real_call(home, counted(calls), timeout, then=follow)
 
     monkeypatch.setattr(codex, "call", counting)
     monkeypatch.setattr(codex, "_NOT_USERS", {})

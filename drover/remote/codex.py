@@ -87,10 +87,13 @@ def loaded_threads(home: str, warnings: List[str]) -> Optional[List[Thread]]:
     """Every thread the daemon of this CODEX_HOME has loaded that may be a pane's (is_users), each read now;
     None when no daemon answers (an older Codex)."""
     skip = _NOT_USERS.setdefault(home, set())
-    try:
-        ids = call(home, [("thread/loaded/list", {})])[0].get("result", {}).get("data") or []
-        wanted = [str(t) for t in ids if str(t) not in skip]
-        answers = call(home, [("thread/read", {"threadId": t}) for t in wanted]) if wanted else []
+
+    def reads(listed: List[Dict[str, Any]]) -> List[Tuple[str, Dict[str, Any]]]:
+        ids = listed[0].get("result", {}).get("data") or []
+        return [("thread/read", {"threadId": str(t)}) for t in ids if str(t) not in skip]
+
+    try:  # one connection: the list, then a read of each thread not already known to be no pane's
+        answers = call(home, [("thread/loaded/list", {})], then=reads)[1:]
     except AppServerError:
         return None
     except (AttributeError, TypeError):
