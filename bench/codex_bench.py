@@ -79,10 +79,15 @@ def measure_lab(bench: Any, lab: CodexLab, drover: list[str]) -> None:
             interval=0.05,
         )
 
+    sent: list[str] = []  # drover's texts, to count in the rollout at the end
+
     def on_idle(cmd: Callable[[int], list[str]], env: dict[str, str], cwd: str) -> Callable[[int], Sample]:
         def go(i: int) -> Sample:
             idle()
-            return run(cmd(i), env, cwd=cwd)
+            argv = cmd(i)
+            if "send" in argv:
+                sent.append(argv[-1])
+            return run(argv, env, cwd=cwd)
 
         return go
 
@@ -107,5 +112,6 @@ def measure_lab(bench: Any, lab: CodexLab, drover: list[str]) -> None:
     bench.rows.append(
         ("send idle Codex, warm", got["drover send local:codex (queue, daemon)"], peer_name, got[peer_name], "<= 1.3x")
     )
-    runs = sum(1 for text in s.user_messages() if "queue message" in text)
-    bench.notes.append(f"queue rows: {runs} of the sends ran as turns in the thread's rollout")
+    seen = "\n".join(s.user_messages())
+    ran = sum(1 for text in sent if text in seen)
+    bench.notes.append(f"queue rows: {ran} of drover's {len(sent)} sends ran as turns (the thread's rollout shows them)")
