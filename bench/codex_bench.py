@@ -93,7 +93,7 @@ def measure_lab(bench: Any, lab: CodexLab, drover: list[str]) -> None:
 
     peer_name = "codex queue (same argv, env)"
     peer = on_idle(lambda i: [str(bindir / "codex"), "queue", "--thread", tid, f"--message=codex queue {i}"], queue_env, home)
-    cold = on_idle(lambda i: [*drover, "send", "local:queuebench", f"queue message {i}"], bench.env, str(bench.root))
+    cold = on_idle(lambda i: [*drover, "send", "local:queuebench", f"cold queue message {i}"], bench.env, str(bench.root))
     first = cold(-1)  # the thread's first message starts its rollout; not a sample
     if first.code != 0:
         bench.notes.append(f"queue rows: the first drover send failed: {(first.err or first.out).strip()[-300:]}")
