@@ -257,11 +257,14 @@ def test_codex_queue_runs_its_message_after_the_turn_and_leaves_the_draft(lab: C
     # untouched: the draft is still the composer's once the queued turn's reply is drawn (read from a screen that
     # shows both, waited for: the reply and the composer below it are not always drawn in one frame)
     shows_both = r"^› sent by codex queue\s*\n\s*• Understood\."
-    wait_for(
-        lambda: re.search(shows_both, sc := s.screen(), re.M) and read_screen(sc)["draft"] == "my own unsent words",
-        15,
-        "the draft below the queued turn's reply",
-    )
+    try:
+        wait_for(
+            lambda: re.search(shows_both, sc := s.screen(), re.M) and read_screen(sc)["draft"] == "my own unsent words",
+            15,
+            "the draft below the queued turn's reply",
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the screen:\n{s.screen()}") from None
     bad = lab.codex("queue", "--thread", "00000000-0000-0000-0000-000000000000", "--message", "x")
     assert bad.returncode == 1 and "no rollout found for thread id" in bad.stderr
     s.keys("C-u")
