@@ -11,6 +11,8 @@ paired with its peer's in the same round (so a neighbour's load falls on both):
                                     through the daemon
   drover send local:claude TEXT     bench/min_inbox_sender.py: the same envelope to the same inbox socket of a real
                                     idle Claude Code (offline); cold and through the daemon (bench/inbox_bench.py)
+  drover send local:codex TEXT      the same `codex queue --thread ID --message=TEXT` drover runs, with the thread's
+                                    env, to a real idle Codex (offline); cold and through the daemon (codex_bench.py)
   drover send h1:agent TEXT         ssh h1 'tmux send-keys -l TEXT \\; send-keys Enter'  (a fresh connection)
   the same, warm (drover daemon)    the same ssh through a warm ControlMaster
   the same, warm, transport=openssh the same ssh through the same ControlMaster (the daemon's helper rides it)
@@ -46,6 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+import codex_bench  # noqa: E402
 import inbox_bench  # noqa: E402
 import measure  # noqa: E402
 from measure import Sample, Series, run  # noqa: E402
@@ -719,6 +722,7 @@ def main() -> int:
         bench.help_row()
         bench.local_send()
         inbox_bench.rows(bench, DROVER)
+        codex_bench.rows(bench, DROVER)
         bench.remote_send()
         bench.fan_out()
         bench.stale()

@@ -13,7 +13,7 @@ import glob
 import json
 import os
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from . import procs
 from .codex_appserver import AppServerError, call
@@ -74,17 +74,36 @@ def read_thread(home: str, thread_id: str, timeout: float = 3.0) -> Optional[Thr
     return {"id": thread_id, "status": {"type": "notLoaded"}, "error": (answer.get("error") or {}).get("message")}
 
 
+# Loaded threads already read once and found to be no pane's (ephemeral title threads, sub-agents, exec runs),
+# per CODEX_HOME.  Codex 0.169 starts an ephemeral thread for a title after each prompt and keeps it loaded, and
+# the daemon answers each thread/read in ~10-30 ms: reading them all again on every look made a send's two
+# discoveries grow with every turn the daemon has served (7 loaded threads: ~85 ms each).  What makes a thread no
+# pane's never changes for its id, so a live helper (the daemon's, or a cold send's second look) skips them.
+_NOT_USERS: Dict[str, Set[str]] = {}
+_NOT_USERS_MAX = 10000  # bounded: a helper that lives for weeks forgets and reads them again
+
+
 def loaded_threads(home: str, warnings: List[str]) -> Optional[List[Thread]]:
-    """Every thread the daemon of this CODEX_HOME has loaded; None when no daemon answers (an older Codex)."""
-    try:
-        ids = call(home, [("thread/loaded/list", {})])[0].get("result", {}).get("data") or []
-        answers = call(home, [("thread/read", {"threadId": str(t)}) for t in ids]) if ids else []
+    """Every thread the daemon of this CODEX_HOME has loaded that may be a pane's (is_users), each read now;
+    None when no daemon answers (an older Codex)."""
+    skip = _NOT_USERS.setdefault(home, set())
+
+    def reads(listed: List[Dict[str, Any]]) -> List[Tuple[str, Dict[str, Any]]]:
+        ids = listed[0].get("result", {}).get("data") or []
+        return [("thread/read", {"threadId": str(t)}) for t in ids if str(t) not in skip]
+
+    try:  # one connection: the list, then a read of each thread not already known to be no pane's
+        answers = call(home, [("thread/loaded/list", {})], then=reads)[1:]
     except AppServerError:
         return None
     except (AttributeError, TypeError):
         warnings.append("the Codex app-server of %s answered in a shape drover does not know" % home)
         return None
-    return [a["result"]["thread"] for a in answers if isinstance((a.get("result") or {}).get("thread"), dict)]
+    threads = [a["result"]["thread"] for a in answers if isinstance((a.get("result") or {}).get("thread"), dict)]
+    if len(skip) > _NOT_USERS_MAX:
+        skip.clear()
+    skip.update(str(t.get("id")) for t in threads if t.get("id") and not is_users(t))
+    return [t for t in threads if is_users(t)]
 
 
 def is_users(thread: Thread) -> bool:

@@ -12,7 +12,7 @@ import os
 import socket
 import struct
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 SOCKET = os.path.join("app-server-control", "app-server-control.sock")
 
@@ -66,8 +66,17 @@ class _Reader:
         return opcode, payload
 
 
-def call(home: str, calls: List[Tuple[str, Dict[str, Any]]], timeout: float = 3.0) -> List[Dict[str, Any]]:
-    """Initialize, make the calls, return each one's answer ({"result": ...} or {"error": ...}) in order."""
+def call(
+    home: str,
+    calls: List[Tuple[str, Dict[str, Any]]],
+    timeout: float = 3.0,
+    then: Optional[Callable[[List[Dict[str, Any]]], List[Tuple[str, Dict[str, Any]]]]] = None,
+) -> List[Dict[str, Any]]:
+    """Initialize, make the calls, return each one's answer ({"result": ...} or {"error": ...}) in order.
+
+    `then`: given those answers, the calls to make next on the same connection (their answers follow in the list):
+    a daemon busy with a turn takes ~10 ms per connection (its upgrade and initialize), and discovery's second
+    question depends on the first's answer."""
     path = control_socket(home)
     if not os.path.exists(path):
         raise AppServerError("no app-server control socket at %s" % path)
@@ -91,24 +100,36 @@ def call(home: str, calls: List[Tuple[str, Dict[str, Any]]], timeout: float = 3.
         client = {"name": "drover", "version": "1"}
         conn.sendall(_frame(json.dumps({"id": 0, "method": "initialize", "params": {"clientInfo": client}}).encode()))
         conn.sendall(_frame(json.dumps({"method": "initialized"}).encode()))
-        for n, (method, params) in enumerate(calls, 1):
-            conn.sendall(_frame(json.dumps({"id": n, "method": method, "params": params}).encode()))
-        answers: Dict[int, Dict[str, Any]] = {}
-        while len(answers) < len(calls) + 1:
-            opcode, payload = reader.frame()
-            if opcode == 8:
-                raise AppServerError("the app-server closed the connection")
-            if opcode != 1:
-                continue
-            try:
-                message = json.loads(payload.decode("utf-8", "replace"))
-            except ValueError:
-                continue
-            if isinstance(message, dict) and isinstance(message.get("id"), int):
-                if "result" in message or "error" in message:
-                    answers[message["id"]] = message
-        return [answers[n] for n in range(1, len(calls) + 1)]
+        answers = _exchange(conn, reader, calls, 1)
+        if then is not None:
+            more = then(answers)
+            if more:
+                answers += _exchange(conn, reader, more, len(calls) + 1)
+        return answers
     except (OSError, ValueError) as exc:
         raise AppServerError("the app-server at %s did not answer: %s" % (path, exc)) from None
     finally:
         conn.close()
+
+
+def _exchange(conn: socket.socket, reader: _Reader, calls: List[Tuple[str, Dict[str, Any]]], first: int) -> List[Dict[str, Any]]:
+    """Send the calls numbered from `first`, and read until each has its answer (and, after the initialize, that
+    one's too: id 0)."""
+    for n, (method, params) in enumerate(calls, first):
+        conn.sendall(_frame(json.dumps({"id": n, "method": method, "params": params}).encode()))
+    wanted = set(range(first, first + len(calls))) | ({0} if first == 1 else set())
+    answers: Dict[int, Dict[str, Any]] = {}
+    while wanted - set(answers):
+        opcode, payload = reader.frame()
+        if opcode == 8:
+            raise AppServerError("the app-server closed the connection")
+        if opcode != 1:
+            continue
+        try:
+            message = json.loads(payload.decode("utf-8", "replace"))
+        except ValueError:
+            continue
+        if isinstance(message, dict) and isinstance(message.get("id"), int):
+            if "result" in message or "error" in message:
+                answers[message["id"]] = message
+    return [answers[n] for n in range(first, first + len(calls))]
