@@ -46,11 +46,22 @@ def _route_help(command: Any, names: list[str]) -> None:
         _route_help(sub, names)
 
 
-@functools.cache
 def command() -> Any:
     """typer's click command, built once per process: typer builds it from the functions' signatures on every call
     (~35 ms, most of a warm daemon request).  Called as typer's __call__ would (pretty exceptions are off: nothing
-    of its except hook applies)."""
+    of its except hook applies).  Rebuilt when more commands were registered since: a cold hot command registers
+    one module (drover/cli/hot.py), and a later call in the same process may have imported them all."""
+    return _command(_registered(app))
+
+
+def _registered(typer_app: Any) -> int:
+    """How many commands and groups are registered on the app and its sub-apps, all the way down."""
+    groups = typer_app.registered_groups
+    return len(typer_app.registered_commands) + len(groups) + sum(_registered(g.typer_instance) for g in groups)
+
+
+@functools.cache
+def _command(_registered: int) -> Any:
     built = typer.main.get_command(app)
     _route_help(built, list(built.context_settings.get("help_option_names") or ["--help"]))
     return built

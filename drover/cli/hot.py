@@ -1,0 +1,28 @@
+"""The hot commands' own module: what a cold `drover send` / `ls` / `status` / `wait` / `op` / `read` / `log`
+imports of the CLI when no daemon runs it (drover/front.py).
+
+typer builds the click command of every function registered on the app before it parses one word, reading each
+signature (get_type_hints on every option's annotation); with every command module that is ~100 ms of a cold
+start.  These commands all live in drover/cli/commands.py, so registering that module alone parses them exactly
+as the whole CLI does (tests/test_coldstart.py compares the two commands parameter by parameter).  Help, shell
+completion and anything else go to the whole CLI (drover/cli/main.py): the root help lists every command.
+"""
+
+from __future__ import annotations
+
+# The command words drover/cli/commands.py defines that a cold run may take alone: the daemon client's hot set.
+HOT = frozenset(["send", "ls", "status", "wait", "op", "read", "log"])
+
+
+def suffices(argv: list[str]) -> bool:
+    """True when registering drover/cli/commands.py alone parses `argv` as the whole CLI would."""
+    from drover.daemon import client  # stdlib only, already imported by the front
+
+    if client.asks_help(argv) or client.asks_completion(argv):
+        return False
+    word, _rest = client.command_of(argv)
+    return word in HOT
+
+
+def register() -> None:
+    from drover.cli import commands  # noqa: F401 - importing a command module registers it
