@@ -43,6 +43,7 @@ NOT_FOR_A_COLD_SEND = (
     "drover.ops.done",
     "asyncssh",  # a local send reaches no host over SSH
     "drover.transport.ssh",
+    "rich.progress",  # a bar is drawn only for a fan-out over a terminal
 )
 
 MODULES_AFTER = """
