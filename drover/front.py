@@ -53,11 +53,13 @@ def _closed() -> int:
 def _full(args: list[str]) -> int:
     from drover.cli import hot
 
-    if hot.suffices(args):
+    word = hot.word(args)
+    if word is not None:
         hot.register()
-        from drover.cli.program import main as cli_main
-    else:
-        from drover.cli.main import main as cli_main
+        from drover.cli.program import main as program_main
+
+        return program_main(args, only=word)
+    from drover.cli.main import main as cli_main
 
     return cli_main(args)
 

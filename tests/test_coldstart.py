@@ -88,12 +88,12 @@ def test_a_cold_hot_command_imports_only_what_it_runs(args: tuple[str, ...], tmu
 def test_help_and_other_commands_still_take_the_whole_cli() -> None:
     from drover.cli import hot
 
-    assert not hot.suffices(["send", "local:x", "hi", "--help"])
-    assert not hot.suffices(["--show-completion"])
-    assert not hot.suffices(["fleet", "show"])
-    assert not hot.suffices(["--", "send"])
-    assert hot.suffices(["--fleet", "f.toml", "--actor", "me", "send", "local:x", "hi"])
-    assert hot.suffices(["log", "show", "msg_1"])
+    assert hot.word(["send", "local:x", "hi", "--help"]) is None
+    assert hot.word(["--show-completion"]) is None
+    assert hot.word(["fleet", "show"]) is None
+    assert hot.word(["--", "send"]) is None
+    assert hot.word(["--fleet", "f.toml", "--actor", "me", "send", "local:x", "hi"]) == "send"
+    assert hot.word(["log", "show", "msg_1"]) == "log"
 
 
 DUMP = """
@@ -107,8 +107,8 @@ from drover.cli import program
 from drover.cli.hot import HOT
 import typer
 
-root = program.command()
-ctx = typer.Context(root, info_name="drover")
+def root_for(word):
+    return program.command(word if sys.argv[1] == "hot" else None)
 FIELDS = ("name", "opts", "secondary_opts", "required", "default", "multiple", "nargs", "is_flag", "help",
           "hidden", "envvar", "metavar", "count", "is_eager", "expose_value", "bare_type", "param_type_name",
           "show_default", "min", "max")
@@ -124,8 +124,13 @@ def info(cmd, ctx):
     for name, child in sorted(getattr(cmd, "commands", {}).items()):
         out[name] = info(child, sub)
     return out
-doc = {word: info(root.commands[word], ctx) for word in sorted(HOT)}
-doc["root params"] = [param(p) for p in root.params]
+doc = {}
+for word in sorted(HOT):
+    root = root_for(word)
+    ctx = typer.Context(root, info_name="drover")
+    doc[word] = info(root.commands[word], ctx)
+    doc[word]["root params"] = [param(p) for p in root.params]
+    doc[word]["root callback"] = getattr(root.callback, "__qualname__", None)
 print(json.dumps(doc, sort_keys=True, default=repr))
 """
 
