@@ -5,7 +5,9 @@
   runs typer once and saves what it printed).  Exactly typer's text, at a fraction of its start-up.
 - The hot commands (send, ls, status, wait, op, read, log) go to the persistent daemon when one answers for this
   environment (drover/daemon/client.py); without one they run here directly and a daemon is started for next time.
-- Everything else imports the typer CLI, as before.
+- Everything else imports the typer CLI, as before.  A hot command run here (no daemon) imports only the command
+  module that defines it (drover/cli/hot.py): typer builds a click command for every registered function, reading
+  each signature, which is most of a cold command's start.
 """
 
 from __future__ import annotations
@@ -49,6 +51,14 @@ def _closed() -> int:
 
 
 def _full(args: list[str]) -> int:
+    from drover.cli import hot
+
+    word = hot.word(args)
+    if word is not None:
+        hot.register()
+        from drover.cli.program import main as program_main
+
+        return program_main(args, only=word)
     from drover.cli.main import main as cli_main
 
     return cli_main(args)

@@ -7,7 +7,7 @@ other module asks here, so the home, the fleet file and the daemon's socket cann
 remote side, drover/remote/, runs on the host with its own environment and is not concerned.)
 
 - the drover home: `$DROVER_HOME`, else `$XDG_STATE_HOME/drover`, else `~/.local/state/drover` (the truth file,
-  its locks, the help and completion caches, the board's sightings);
+  its locks, the help and completion caches, the remote helper's compressed bundle, the board's sightings);
 - drover's config folder: `$XDG_CONFIG_HOME/drover`, else `~/.config/drover` (the default fleet file and drover's
   own known_hosts); the fleet file: `--fleet`, else `$DROVER_FLEET`, else `fleet.toml` there;
 - the daemon's files: its socket `$XDG_RUNTIME_DIR/drover/d-KEY.sock` (else `/tmp/drover-UID/d-KEY.sock`), with its

@@ -20,7 +20,7 @@ GRAMMAR = "is not a duration: write it like 90s, 15m, 1h30m, 2d or a number of s
 @pytest.fixture
 def calls(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, Any]]:
     """The op each command runs, with its payload and the Context's per-host timeout, instead of running it."""
-    import drover.ops
+    import drover.ops.core  # the CLI's run (drover/cli/app.py) calls the core's, after loading only its op
 
     seen: list[tuple[str, Any, Any]] = []
 
@@ -28,7 +28,7 @@ def calls(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, An
         seen.append((name, payload, ctx.timeout_s))
         raise typer.Exit(0)
 
-    monkeypatch.setattr(drover.ops, "run", run)
+    monkeypatch.setattr(drover.ops.core, "run", run)
     return seen
 
 

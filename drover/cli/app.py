@@ -152,7 +152,7 @@ def common(fleet: str | None = None, actor: str | None = None, debug: bool = Fal
 def context() -> Context:
     """This invocation's Context: one per run of `drover`, so the fleet file is read (and checked) once."""
     if state.ctx is None:
-        from drover.ops import Context
+        from drover.ops.core import Context  # the class alone: the package would register every op
 
         make = environment().make_context or Context
         state.ctx = make(fleet_path=state.fleet, actor=state.actor, progress=_progress(), exit_on_interrupt=True)
@@ -168,8 +168,10 @@ def _progress() -> Any:
 
 
 def run(name: str, payload: dict[str, Any] | str) -> Document:
-    from drover.ops import run as run_op
+    from drover.ops.core import run as run_op
+    from drover.ops.loader import load
 
+    load(name)  # only the op's own module (drover/ops/loader.py)
     return run_op(name, payload, context())
 
 

@@ -261,9 +261,9 @@ def op_cmd(
 ) -> None:
     """Run any op with a JSON request and print its JSON document: {"drover":1,"op","ok","data","errors"}."""
     common(fleet, actor, debug, timeout)
-    from drover.ops import describe
-
     if list_ops or verb is None:
+        from drover.ops import describe  # every op: importing the package registers them all
+
         ops = describe()
         render.print_json({"drover": 1, "ops": ops}) if as_json else render.ops_list(ops)
         raise typer.Exit(0)

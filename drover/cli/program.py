@@ -7,6 +7,7 @@ all, so this module (which the daemon's starter reaches from `drover daemon`) im
 
 from __future__ import annotations
 
+import copy
 import functools
 import shlex
 import sys
@@ -46,12 +47,32 @@ def _route_help(command: Any, names: list[str]) -> None:
         _route_help(sub, names)
 
 
-@functools.cache
-def command() -> Any:
+def command(only: str | None = None) -> Any:
     """typer's click command, built once per process: typer builds it from the functions' signatures on every call
     (~35 ms, most of a warm daemon request).  Called as typer's __call__ would (pretty exceptions are off: nothing
-    of its except hook applies)."""
-    built = typer.main.get_command(app)
+    of its except hook applies).  Rebuilt when more commands were registered since: a cold hot command registers
+    one module (drover/cli/hot.py), and a later call in the same process may have imported them all.  `only`:
+    the root with that one command (or group) alone -- what a cold hot command builds, typer reading no other
+    signature (drover/cli/hot.py)."""
+    return _command(_registered(app), only)
+
+
+def _registered(typer_app: Any) -> int:
+    """How many commands and groups are registered on the app and its sub-apps, all the way down."""
+    groups = typer_app.registered_groups
+    return len(typer_app.registered_commands) + len(groups) + sum(_registered(g.typer_instance) for g in groups)
+
+
+@functools.cache
+def _command(_registered: int, only: str | None) -> Any:
+    root = app
+    if only is not None:
+        # The same root (its callback, options and settings) over the one command: a shallow copy, the app's own
+        # lists left as they are.
+        root = copy.copy(app)
+        root.registered_commands = [c for c in app.registered_commands if c.name == only]
+        root.registered_groups = [g for g in app.registered_groups if g.name == only]
+    built = typer.main.get_command(root)
     _route_help(built, list(built.context_settings.get("help_option_names") or ["--help"]))
     return built
 
@@ -62,13 +83,14 @@ def _terminal_width(env: Environment) -> int | None:
     return None if env.columns is None else max(min(env.columns, 80) - 2, 50)
 
 
-def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
-    """The program with error handling: one line per error, a documented exit code, tracebacks only with --debug."""
+def main(argv: list[str] | None = None, env: Environment | None = None, only: str | None = None) -> int:
+    """The program with error handling: one line per error, a documented exit code, tracebacks only with --debug.
+    `only`: the command word argv names, when the caller knows the root needs no other (see `command`)."""
     args = sys.argv[1:] if argv is None else argv
     state.reset(Environment.from_process() if env is None else env)
     state.argv = list(args)
     try:
-        return _run(args)
+        return _run(args, only)
     finally:
         # The Environment is this invocation's: a renderer called after it (a test, a script) prints to the
         # process's streams of that moment, not to streams this invocation was handed.
@@ -84,11 +106,11 @@ def _dash_hint(exc: BaseException) -> str:
     return f"; a text that starts with '-' goes after '--': drover send HOST:ID -- {shlex.quote(name)}"
 
 
-def _run(args: list[str]) -> int:
+def _run(args: list[str], only: str | None = None) -> int:
     env = environment()
     try:
         result = int(
-            command().main(args=args, prog_name="drover", standalone_mode=False, terminal_width=_terminal_width(env)) or 0
+            command(only).main(args=args, prog_name="drover", standalone_mode=False, terminal_width=_terminal_width(env)) or 0
         )
         if result == ExitCode.INTERRUPTED:
             render.err().print("drover: interrupted", style="red")  # typer turns Ctrl-C into a silent exit 130

@@ -11,13 +11,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from drover.cli.state import environment
 
 if TYPE_CHECKING:  # the ops (and pydantic) load only when a command runs one, not for --help
+    from rich.progress import Progress  # only a fan-out over a terminal draws a bar: imported then (~6 ms)
+
     from drover.ops.core import Document
 
 
@@ -500,6 +501,8 @@ class FanOutProgress:
         if total < self.threshold:
             return
         if self.bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
             self.bar = Progress(
                 TextColumn("hosts"),
                 BarColumn(),

@@ -439,8 +439,10 @@ def main(argv: list[str] | None, program: Program) -> int:
     except FileNotFoundError:
         pass
     # Import the ops now, once, so the first request does not pay for them (the CLI is imported: it started us).
-    import drover.ops  # registers every op
-    import drover.transport.ssh  # noqa: F401 - imported now, not by the first request
+    import drover.ops
+
+    drover.ops.register_all()
+    import drover.transport.ssh
 
     daemon = Daemon(path, idle_setting(args.idle), program)
     loop = daemon.loop
