@@ -145,8 +145,8 @@ def _rollout_id(path: str) -> str:
 
 def transcript_for(session: Optional[Session], target: str) -> Tuple[str, str]:
     """(path, engine) of the session's transcript: Claude's by sessionId, else a Codex rollout by id."""
-    if session is not None and session["engine"] == "claude" and "_record" in session:
-        sid = session["_record"]["sessionId"]
+    if session is not None and session["engine"] == "claude" and ("_record" in session or "_headless" in session):
+        sid = session["_record"]["sessionId"] if "_record" in session else session["id"]
         hits = claude.transcripts(sid)
         if hits:
             return max(hits, key=os.path.getmtime), "claude"
