@@ -70,8 +70,10 @@ def hl(claude_binary: Path, sshfleet: SSHFleet, isolated: Path) -> Iterator[Any]
     )
     state = sshfleet.host_home("h1") / ".local" / "state" / "drover" / "headless"
     yield lab, state
+    sids = set()
     for folder in state.glob("hl-*") if state.exists() else []:
         info = headless._json(str(folder / "holder.json")) or {}
+        sids.add((headless._json(str(folder / "spec.json")) or {}).get("session_id"))
         if headless._alive(info.get("pid")):
             os.kill(int(info["pid"]), signal.SIGKILL)
         shutil.rmtree(folder, ignore_errors=True)
@@ -80,6 +82,10 @@ def hl(claude_binary: Path, sshfleet: SSHFleet, isolated: Path) -> Iterator[Any]
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    # The registry records its killed claudes left on h1 (the next test on that host expects none of its own).
+    for rec in (lab.config / "sessions").glob("*.json"):
+        if (headless._json(str(rec)) or {}).get("sessionId") in sids:
+            rec.unlink()
     shutil.rmtree(lab.root, ignore_errors=True)
 
 
@@ -184,6 +190,8 @@ def test_a_headless_claude_on_an_ssh_host_does_everything_a_session_does(
         what="the row",
     )
     assert row["state"] == "exited", row
+    watched = cli("watch", "run", "--json")  # recorded: the spawned session is gone without a terminal signal
+    assert [e["session"]["identity"] for e in watched.json()["data"]["exited"]] == [f"claude:{sid}"], watched.out
     gone = cli("send", f"h1:{name}", "into the void")
     assert gone.code != 0 and "Traceback" not in gone.err
     resumed = cli("spawn", "h1", "--engine", "claude", "--headless", "--resume", name, "--json")

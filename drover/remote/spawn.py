@@ -433,10 +433,6 @@ def _alone(cwd: str, profiles: Profiles) -> None:
 
 
 def spawn(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
-    if args.get("headless") or args.get("resume"):
-        from .headless_spawn import spawn as headless_spawn
-
-        return headless_spawn(args, profiles)
     engine = args.get("engine") or ""
     if engine not in profiles:
         raise HelperError(
