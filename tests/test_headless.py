@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from drover.remote import headless
-from tests.conftest import drover_process, remote_agent, stays, wait_for
+from tests.conftest import drover_process, helper_pids, remote_agent, stays, wait_for
 from tests.support.sshfleet import SSHFleet
 
 HERE = Path(__file__).resolve().parent / "support"
@@ -132,6 +132,10 @@ def test_a_headless_claude_on_an_ssh_host_does_everything_a_session_does(
     brief = data["brief"]
     assert (brief["outcome"], brief["lane"], brief["verified"]) == ("delivered", "headless", True), brief
     assert oct((folder).stat().st_mode & 0o777) == "0o700" and oct((folder / "sock").stat().st_mode & 0o777) == "0o600"
+    # Detached: the holder leads a session of its own and is no helper's child (it outlives the SSH connection).
+    holder_pid = json.loads((folder / "holder.json").read_text())["pid"]
+    fields = Path(f"/proc/{holder_pid}/stat").read_text().rsplit(")", 1)[1].split()
+    assert int(fields[3]) == holder_pid and int(fields[1]) not in helper_pids("h1"), fields
     # The brief is the stream's own user line (its echo), enveloped, its uuid drover's.
     echoed = wait_for(lambda: replays(folder, "review the schema change"), what="the brief's echo")
     assert echoed[0]["uuid"] == brief["uuid"] and "cross-session-message" in json.dumps(echoed[0])
@@ -143,6 +147,9 @@ def test_a_headless_claude_on_an_ssh_host_does_everything_a_session_does(
 
     waited = cli("wait", f"h1:{name}", "--timeout", "60", "--json")
     assert waited.code == 0, waited.err + waited.out
+    both = cli("wait", f"h1:{name}", "h1:agent", "--all", "--timeout", "60", "--json")  # one request (wait_many)
+    assert both.code == 0, both.err + both.out
+    assert "holder's stream" in both.out
     status = cli("status", f"h1:{name}", "--json").json()["data"]
     assert status["session"]["state"] == "idle", status
 
