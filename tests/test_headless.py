@@ -217,7 +217,12 @@ def test_a_headless_claude_on_an_ssh_host_does_everything_a_session_does(
     failed = cli("send", f"h1:{name}", "to a dead claude")
     assert failed.code != 0 and "claude has exited" in failed.err and "Traceback" not in failed.err, failed.err
     row = next(s for s in cli("ls", "--host", "h1", "--json").json()["data"]["sessions"] if s["name"] == name)
-    assert row["state"] == "exited"
+    assert row["state"] == "exited" and "claude exited" in row["reason"], row
+    # Resumed again: the lingering holder (its claude dead) is told to go, and a new one holds the same session.
+    lingering = json.loads((folder / "holder.json").read_text())["pid"]
+    assert cli("spawn", "h1", "--engine", "claude", "--headless", "--resume", name, "--brief", "carry on").code == 0
+    assert not headless._alive(lingering)
+    wait_for(lambda: replays(folder, "carry on"), what="the brief after the second resume")
 
 
 # -- hostile: what is at the socket is not the session's own holder --------------------------------------------------
@@ -289,7 +294,13 @@ def test_a_planted_holder_socket_is_refused_and_nothing_is_sent(isolated: Path, 
     # 4. A session directory others may enter is not read at all.
     open_dir = planted(home, "opendir")
     os.chmod(open_dir, 0o755)
+    # 5. A session directory that is a link to one elsewhere (however well it looks there) is not read either.
+    target = planted(Path(tempfile.mkdtemp(prefix="drl-")), "aside")
+    (home / "headless" / "linkdir").symlink_to(target)
     listed = cli("ls", "--host", "local", "--json").json()
-    assert "opendir" not in [s["name"] for s in listed["data"]["sessions"]]
+    names = [s["name"] for s in listed["data"]["sessions"]]
+    assert "opendir" not in names and "aside" not in names and "linked" in names, names
+    assert "linkdir is a symbolic link" in json.dumps(listed), json.dumps(listed)[-1500:]
     stays(lambda: stranger.got == [] and foreign.got == [] and impostor.got == [], what="nothing sent to any listener")
     shutil.rmtree(elsewhere, ignore_errors=True)
+    shutil.rmtree(target.parent.parent, ignore_errors=True)
