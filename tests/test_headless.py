@@ -304,3 +304,19 @@ def test_a_planted_holder_socket_is_refused_and_nothing_is_sent(isolated: Path, 
     stays(lambda: stranger.got == [] and foreign.got == [] and impostor.got == [], what="nothing sent to any listener")
     shutil.rmtree(elsewhere, ignore_errors=True)
     shutil.rmtree(target.parent.parent, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_headless_claude_that_dies_at_once_is_one_line_and_leaves_nothing(
+    isolated: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = isolated / "broken-claude.sh"
+    script.write_text("#!/bin/sh\necho 'claude: no API key here' >&2\nexit 3\n")
+    fleet = isolated / "fleet.toml"
+    fleet.write_text(f'[spawn.claude]\ncommand = "sh {script}"\nready_timeout_s = 30\n', encoding="utf-8")
+    monkeypatch.setenv("DROVER_FLEET", str(fleet))
+    res = cli("spawn", "local", "--engine", "claude", "--headless", "--cwd", str(isolated), "--name", "hl-broken",
+              "--brief", "hello")  # fmt: skip
+    assert res.code != 0 and "Traceback" not in res.err, res.err
+    assert "claude exited at once (exit status 3)" in res.err and "no API key here" in res.err, res.err
+    assert not (Path(os.environ["DROVER_HOME"]) / "headless" / "hl-broken").exists()

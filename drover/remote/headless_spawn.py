@@ -10,6 +10,8 @@ Stdlib only and Python 3.6+: shipped to every host inside the helper bundle.
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -127,11 +129,23 @@ def spawn(args: Dict[str, Any], profiles: Dict[str, Dict[str, Any]]) -> Dict[str
     holder_py = os.path.join(folder, "holder.py")
     _write(holder_py, holder_source())
     subprocess.run([sys.executable, "-c", DETACH, sys.executable, "-E", "-s", holder_py, folder], timeout=30, check=False)
-    _ready(folder, float(args.get("timeout_s") or 60.0))
+    try:
+        _ready(folder, float(args.get("timeout_s") or 60.0))
+    except HelperError:
+        if not resume:  # a session that never ran leaves nothing behind, so the same --name can be tried again
+            _abandon(folder)
+        raise
     holder = headless._json(os.path.join(folder, "holder.json")) or {}
     out.update(id=sid, identity="claude:%s" % sid, pid=holder.get("pid"), pane=None, target=None, tail=[])
     out.update(state="ready", reason="held by pid %s on %s/sock" % (holder.get("pid"), folder))
     return out
+
+
+def _abandon(folder: str) -> None:
+    holder = headless._json(os.path.join(folder, "holder.json")) or {}
+    if headless._alive(holder.get("pid")):
+        os.kill(int(holder["pid"]), signal.SIGKILL)  # its claude reads EOF and ends
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _ready(folder: str, timeout: float) -> None:
