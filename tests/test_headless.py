@@ -156,6 +156,10 @@ def test_a_headless_claude_on_an_ssh_host_does_everything_a_session_does(
     # Idle: delivered, no busy note.  Then a turn held by the fake model: busy, and a send into it says so.
     idle = cli("send", f"h1:{name}", "first idle message", "--json").json()["data"]
     assert (idle["outcome"], idle["verified"]) == ("delivered", True) and "detail" not in idle, idle
+    verified = cli("verify", idle["id"], "--json")
+    assert verified.code == 0 and "acknowledged" in verified.out, verified.out
+    pasted = cli("send", f"h1:{name}", "no paste for you", "--via", "tmux", "--json").json()["data"]
+    assert (pasted["outcome"], pasted["code"]) == ("refused", "native_lane"), pasted
     wait_for(lambda: cli("status", f"h1:{name}", "--json").json()["data"]["session"]["state"] == "idle", what="idle")
     (lab.root / f"{name}.control.json").write_text(json.dumps({"reply": "held reply", "hold": True}))
     long = cli("send", f"h1:{name}", "start a long turn", "--json").json()["data"]
