@@ -218,7 +218,7 @@ def deliver(session: Session, payload: str, args: Dict[str, Any]) -> Dict[str, A
         return dict(base, outcome=P.FAILED, code=exc.code, detail=exc.message)
     if not answer.get("ok"):
         code = str(answer.get("code") or P.INBOX_ERROR)
-        detail = "%s: nothing was sent; `drover spawn HOST --headless --resume %s` starts it again" % (
+        detail = "%s: nothing was sent; `drover spawn HOST --engine claude --headless --resume %s` starts it again" % (
             answer.get("detail"),
             session["name"],
         )

@@ -159,7 +159,9 @@ class Holder:
             return {"ok": False, "code": "bad_request", "detail": "a send needs a uuid and a text"}
         with self.cond:
             if self.exit is not None:
-                return {"ok": False, "code": "engine_exited", "detail": "claude has exited (%s)" % json.dumps(self.exit)}
+                code, sig = self.exit["code"], self.exit["signal"]
+                how = "killed by signal %s" % sig if sig else "exit status %s" % code
+                return {"ok": False, "code": "engine_exited", "detail": "claude has exited (%s)" % how}
             if uid in self.seen or uid in self.written:
                 return {"ok": True, "already": True, "ack": self.seen.get(uid), "busy": bool(self.active or self.queued)}
             busy = bool(self.active or self.queued)

@@ -150,6 +150,8 @@ def transcript_for(session: Optional[Session], target: str) -> Tuple[str, str]:
         hits = claude.transcripts(sid)
         if hits:
             return max(hits, key=os.path.getmtime), "claude"
+        if "_headless" in session and os.path.isfile(os.path.join(session["_headless"], "stream.jsonl")):
+            return os.path.join(session["_headless"], "stream.jsonl"), "claude"  # its entries are shaped alike
         raise HelperError(P.NO_TRANSCRIPT, "Claude session %s has no transcript yet" % sid)
     if session is not None and session.get("thread"):
         # A Codex pane (or a thread no pane runs): its thread's rollout, under the CODEX_HOME its TUI runs with.
