@@ -324,3 +324,87 @@ def test_a_headless_claude_that_dies_at_once_is_one_line_and_leaves_nothing(
     assert res.code != 0 and "Traceback" not in res.err, res.err
     assert "claude exited at once (exit status 3)" in res.err and "no API key here" in res.err, res.err
     assert not (Path(os.environ["DROVER_HOME"]) / "headless" / "hl-broken").exists()
+
+
+# -- Codex through `codex app-server`, held the same way ---------------------------------------------------------------
+
+
+@pytest.fixture
+def codex_lab() -> Iterator[Any]:
+    from tests.support import codexlab
+
+    path, why = codexlab.ensure_binary()
+    if path is None:
+        pytest.skip(f"the real Codex CLI cannot run here: {why}")
+    root = Path(tempfile.mkdtemp(prefix="drk-"))
+    lab = codexlab.CodexLab(root, path)
+    yield lab
+    if lab.fake is not None:
+        lab.fake.kill()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_headless_codex_thread_is_started_steered_and_resumed(
+    codex_lab: Any, isolated: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.codexlab import _ns_prefix
+
+    lab = codex_lab
+    cwd = lab.root / "w"
+    cwd.mkdir()
+    lab.write_config([cwd])
+    lab.set_control(reply="codex heard: {input}")
+    ns = " ".join(_ns_prefix(lab.fake.pid))
+    command = f"{ns} env HOME={lab.home} CODEX_HOME={lab.codex_home} OPENAI_API_KEY=sk-dummy {lab.binary}"
+    fleet = isolated / "fleet.toml"
+    fleet.write_text(f'[spawn.codex]\ncommand = "{command}"\nready_timeout_s = 60\n', encoding="utf-8")
+    monkeypatch.setenv("DROVER_FLEET", str(fleet))
+    monkeypatch.setenv("CODEX_HOME", str(lab.codex_home))  # where the local helper reads rollouts
+    folder = Path(os.environ["DROVER_HOME"]) / "headless" / "hx"
+    try:
+        res = cli("spawn", "local", "--engine", "codex", "--headless", "--cwd", str(cwd), "--name", "hx",
+                  "--brief", "map the repo", "--json")  # fmt: skip
+        assert res.code == 0, res.err + res.out
+        data = res.json()["data"]
+        thread = data["id"]
+        assert data["identity"] == f"codex:{thread}" and data["brief"]["lane"] == "headless", data
+        assert data["brief"]["verified"] is True, data["brief"]
+        assert cli("wait", "local:hx", "--timeout", "60").code == 0
+        rows = {s["name"]: s for s in cli("ls", "--host", "local", "--json").json()["data"]["sessions"]}
+        assert (rows["hx"]["engine"], rows["hx"]["lanes"], rows["hx"]["state"]) == ("codex", ["headless"], "idle")
+        # Busy: a held turn is steered, and the outcome says so.
+        lab.set_control(reply="codex heard: {input}", hold=True)
+        assert cli("send", "local:hx", "a long task").code == 0
+        wait_for(lambda: cli("status", "local:hx", "--json").json()["data"]["session"]["state"] == "working", what="busy")
+        steered = cli("send", "local:hx", "also this", "--json").json()["data"]
+        assert (steered["outcome"], steered["verified"]) == ("delivered", True) and "turn/steer" in steered["detail"], steered
+        assert "(steered)" in steered["verification"], steered
+        lab.set_control(reply="codex heard: {input}")
+        assert cli("wait", "local:hx", "--timeout", "60").code == 0
+        text = json.dumps(cli("read", "local:hx", "--json").json()["data"])
+        assert "map the repo" in text and "also this" in text, text[-2000:]
+        # Its holder killed: the app-server reads EOF and ends; resumed on the same thread.
+        os.kill(json.loads((folder / "holder.json").read_text())["pid"], signal.SIGKILL)
+        wait_for(
+            lambda: (
+                next(s for s in cli("ls", "--host", "local", "--json").json()["data"]["sessions"] if s["name"] == "hx")["state"]
+                == "exited"
+            ),
+            what="exited",
+        )
+        again = cli("spawn", "local", "--engine", "codex", "--headless", "--resume", "hx", "--json")
+        assert again.code == 0 and again.json()["data"]["id"] == thread, again.err + again.out
+        after = cli("send", "local:hx", "after the resume", "--json").json()["data"]
+        assert (after["outcome"], after["verified"]) == ("delivered", True), after
+        assert cli("wait", "local:hx", "--timeout", "60").code == 0
+        assert "after the resume" in json.dumps(cli("read", "local:hx", "--json").json()["data"])
+    finally:
+        info = headless._json(str(folder / "holder.json")) or {}
+        if headless._alive(info.get("pid")):
+            os.kill(int(info["pid"]), signal.SIGKILL)
+        for pid in procs_under(lab.root):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass

@@ -212,7 +212,9 @@ def find(args: Dict[str, Any], profiles: Profiles, warnings: List[str]) -> Sessi
 
 def identity(session: Session) -> str:
     """What a session is, however it was named: a Claude session's id, else its tmux server and pane."""
-    if "_record" in session or "_headless" in session:  # a headless one stays itself across holders (--resume)
+    if "_headless" in session:  # itself across holders (--resume): its engine's session or thread id
+        return "%s:%s" % (session["engine"], session["id"])
+    if "_record" in session:
         return "claude:%s" % session["id"]
     if "_paneless" in session:
         return "codex:%s" % session["id"]

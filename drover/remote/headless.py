@@ -34,6 +34,8 @@ BUSY_DETAIL = (
     "text-only turn: as a turn of its own once this one ends)"
 )
 
+STEERED_DETAIL = "the thread was busy: Codex took it into the running turn (turn/steer), which answers it before it ends"
+
 
 def root() -> str:
     return os.path.join(own_record.home(), "headless")
@@ -142,16 +144,21 @@ def session_at(folder: str, warnings: List[str]) -> Optional[Session]:
         return None
     holder = _json(os.path.join(folder, "holder.json")) or {}
     exited = _json(os.path.join(folder, "exit.json"))
-    name, sid = str(spec.get("name")), str(spec.get("session_id"))
+    engine = str(spec.get("engine") or "claude")
+    # A Codex thread's id is known once its holder started it (thread.json); a Claude session's before it starts.
+    sid = str(spec.get("session_id") or (_json(os.path.join(folder, "thread.json")) or {}).get("session_id") or "")
+    if not sid:
+        return None  # a Codex holder still starting its thread: not a session yet
+    name = str(spec.get("name"))
     out = {
         "id": sid,
         "name": name,
-        "engine": "claude",
+        "engine": engine,
         "server": None,
         "target": None,
         "pid": holder.get("pid"),
         "engine_pid": holder.get("child_pid"),
-        "command": "claude (headless)",
+        "command": "%s (headless)" % engine,
         "cwd": spec.get("cwd"),
         "title": "",
         "since": None,
@@ -179,9 +186,9 @@ def session_at(folder: str, warnings: List[str]) -> Optional[Session]:
         return out
     exit_info = (state or {}).get("exit") or exited
     if exit_info:
-        out.update(state="gone", reason="claude exited (%s)" % _exit_words(exit_info), exit=exit_info)
+        out.update(state="gone", reason="%s exited (%s)" % (engine, _exit_words(exit_info)), exit=exit_info)
     else:
-        how = "`drover spawn HOST --engine claude --headless --resume %s`" % name
+        how = "`drover spawn HOST --engine %s --headless --resume %s`" % (engine, name)
         out.update(state="gone", reason="its holder is gone (pid %s): %s starts a new one" % (holder.get("pid"), how))
     out["dead"] = True
     return out
@@ -218,10 +225,8 @@ def deliver(session: Session, payload: str, args: Dict[str, Any]) -> Dict[str, A
         return dict(base, outcome=P.FAILED, code=exc.code, detail=exc.message)
     if not answer.get("ok"):
         code = str(answer.get("code") or P.INBOX_ERROR)
-        detail = "%s: nothing was sent; `drover spawn HOST --engine claude --headless --resume %s` starts it again" % (
-            answer.get("detail"),
-            session["name"],
-        )
+        how = "`drover spawn HOST --engine %s --headless --resume %s`" % (session["engine"], session["name"])
+        detail = "%s: nothing was sent; %s starts it again" % (answer.get("detail"), how)
         return dict(base, outcome=P.FAILED, code=code, detail=detail)
     fault("after_headless_send")
     ack = answer.get("ack")
@@ -231,6 +236,8 @@ def deliver(session: Session, payload: str, args: Dict[str, Any]) -> Dict[str, A
     )
     if answer.get("already"):
         out["detail"] = "already in the session's stream (%s): not written again" % uid
+    elif ack == "steered":
+        out["detail"] = STEERED_DETAIL
     elif answer.get("busy"):
         out["detail"] = BUSY_DETAIL
     return out

@@ -68,6 +68,8 @@ class Holder:
         self.exit: Optional[Dict[str, Any]] = None
         self.started = time.time()
         self.proc: Any = None
+        self.stream: Any = None
+        self.engine = "claude"
         self._load_stream()
 
     def _load_stream(self) -> None:
@@ -113,6 +115,7 @@ class Holder:
             self.spec["argv"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.spec["cwd"], env=env
         )
         err.close()
+        self.stream = open(os.path.join(self.dir, "stream.jsonl"), "ab")
         info = {"pid": os.getpid(), "child_pid": self.proc.pid, "started": self.started, "uid": os.getuid()}
         _write_json(os.path.join(self.dir, "holder.json"), info)
         threading.Thread(target=self._read, daemon=True).start()
@@ -120,14 +123,15 @@ class Holder:
         self.waiter.start()
 
     def _read(self) -> None:
-        stream = open(os.path.join(self.dir, "stream.jsonl"), "ab")
         for raw in iter(self.proc.stdout.readline, b""):
-            stream.write(raw if raw.endswith(b"\n") else raw + b"\n")
-            stream.flush()
             with self.cond:
+                self._append(raw)
                 self._note(raw)
                 self.cond.notify_all()
-        stream.close()
+
+    def _append(self, raw: bytes) -> None:
+        self.stream.write(raw if raw.endswith(b"\n") else raw + b"\n")
+        self.stream.flush()
 
     def _wait(self) -> None:
         """claude's exit, by its process, not by its stdout's EOF: a grandchild it left may hold that open."""
@@ -144,7 +148,7 @@ class Holder:
         return {
             "pid": os.getpid(),
             "child_pid": self.proc.pid if self.proc else None,
-            "session_id": self.spec.get("session_id"),
+            "session_id": self.session_id(),
             "alive": self.exit is None,
             "busy": bool(self.active or self.queued),
             "exit": self.exit,
@@ -152,6 +156,9 @@ class Holder:
             "turns": self.turns,
             "last_event": self.last_event,
         }
+
+    def session_id(self) -> Optional[str]:
+        return self.spec.get("session_id")
 
     def send(self, req: Dict[str, Any]) -> Dict[str, Any]:
         uid, text = str(req.get("uuid") or ""), req.get("text")
@@ -161,7 +168,7 @@ class Holder:
             if self.exit is not None:
                 code, sig = self.exit["code"], self.exit["signal"]
                 how = "killed by signal %s" % sig if sig else "exit status %s" % code
-                return {"ok": False, "code": "engine_exited", "detail": "claude has exited (%s)" % how}
+                return {"ok": False, "code": "engine_exited", "detail": "%s has exited (%s)" % (self.engine, how)}
             if uid in self.seen or uid in self.written:
                 return {"ok": True, "already": True, "ack": self.seen.get(uid), "busy": bool(self.active or self.queued)}
             busy = bool(self.active or self.queued)
@@ -169,7 +176,7 @@ class Holder:
                 self.proc.stdin.write((user_line(text, uid) + "\n").encode("utf-8"))
                 self.proc.stdin.flush()
             except (OSError, ValueError) as exc:
-                return {"ok": False, "code": "engine_exited", "detail": "claude's stdin is closed (%s)" % exc}
+                return {"ok": False, "code": "engine_exited", "detail": "%s's stdin is closed (%s)" % (self.engine, exc)}
             self.written.add(uid)
             deadline = time.monotonic() + float(req.get("wait_s") or 10.0)
             while uid not in self.seen and self.exit is None and time.monotonic() < deadline:
@@ -230,9 +237,117 @@ class Holder:
         os._exit(0)
 
 
+class CodexHolder(Holder):
+    """`codex app-server` on stdio (JSON-RPC lines, no "jsonrpc" member; measured on 0.169.0): initialize,
+    initialized, thread/start (or thread/resume); a send is turn/start when idle, turn/steer when a turn runs.  Its
+    acknowledgement is the server's answer to that request, written into the stream as a `drover_sent` line."""
+
+    def __init__(self, folder: str) -> None:
+        self.replies: Dict[int, Dict[str, Any]] = {}
+        self.next_id = 0
+        self.turn: Optional[str] = None
+        self.thread: Optional[str] = None
+        self.done_turns: Set[str] = set()
+        Holder.__init__(self, folder)
+        self.engine = "codex"
+
+    def session_id(self) -> Optional[str]:
+        return self.thread
+
+    def _note(self, raw: bytes, replaying: bool = False) -> None:
+        try:
+            msg = json.loads(raw.decode("utf-8", "replace"))
+        except ValueError:
+            return
+        if not isinstance(msg, dict):
+            return
+        if msg.get("type") == "drover_sent" and isinstance(msg.get("uuid"), str):
+            self.seen[msg["uuid"]] = str(msg.get("ack"))
+            return
+        if replaying:
+            return
+        self.last_event = time.time()
+        method, params = msg.get("method"), msg.get("params") or {}
+        if "id" in msg and method:  # a request of the server's (an approval): nobody here may grant it
+            error = {"code": -32601, "message": "held headless by drover: no one to approve"}
+            self._write({"id": msg["id"], "error": error})
+        elif "id" in msg:
+            self.replies[msg["id"]] = msg
+        elif method == "turn/started":
+            self.turn = str((params.get("turn") or {}).get("id") or "") or None
+            self.active = {self.turn or "turn"}
+        elif method == "turn/completed":
+            self.done_turns.add(str((params.get("turn") or {}).get("id") or ""))
+            self.turn, self.active = None, set()
+            self.turns += 1
+
+    def _write(self, msg: Dict[str, Any]) -> None:
+        self.proc.stdin.write((json.dumps(msg) + "\n").encode("utf-8"))
+        self.proc.stdin.flush()
+
+    def _request(self, method: str, params: Dict[str, Any], timeout: float = 60.0) -> Dict[str, Any]:
+        """Called with the lock held; waits (releasing it) for the answer."""
+        self.next_id += 1
+        rid = self.next_id
+        self._write({"id": rid, "method": method, "params": params})
+        deadline = time.monotonic() + timeout
+        while rid not in self.replies and self.exit is None and time.monotonic() < deadline:
+            self.cond.wait(max(0.01, deadline - time.monotonic()))
+        return self.replies.pop(rid, {"error": {"message": "no answer to %s" % method}})
+
+    def handshake(self) -> None:
+        with self.cond:
+            self._request("initialize", {"clientInfo": {"name": "drover", "version": "1"}})
+            self._write({"method": "initialized"})
+            old = self.spec.get("resume_thread")
+            params = {"cwd": self.spec["cwd"], "approvalPolicy": "never"}
+            if old:
+                answer = self._request("thread/resume", dict(params, threadId=old))
+            else:
+                answer = self._request("thread/start", params)
+            thread = ((answer.get("result") or {}).get("thread") or {}).get("id")
+        if not thread:
+            self.quit()
+            return
+        self.thread = str(thread)
+        _write_json(os.path.join(self.dir, "thread.json"), {"session_id": self.thread})
+
+    def send(self, req: Dict[str, Any]) -> Dict[str, Any]:
+        uid, text = str(req.get("uuid") or ""), req.get("text")
+        if not uid or not isinstance(text, str):
+            return {"ok": False, "code": "bad_request", "detail": "a send needs a uuid and a text"}
+        with self.cond:
+            if self.exit is not None or self.thread is None:
+                what = "has exited" if self.exit is not None else "has no thread yet"
+                return {"ok": False, "code": "engine_exited", "detail": "codex %s" % what}
+            if uid in self.seen or uid in self.written:
+                return {"ok": True, "already": True, "ack": self.seen.get(uid), "busy": self.turn is not None}
+            self.written.add(uid)
+            busy, items = self.turn is not None, [{"type": "text", "text": text}]
+            answer: Dict[str, Any] = {"error": {}}
+            ack = "steered"
+            if busy:
+                answer = self._request("turn/steer", {"threadId": self.thread, "input": items, "expectedTurnId": self.turn})
+            if "error" in answer:  # idle, or the turn ended meanwhile: a turn of its own
+                ack = "started"
+                answer = self._request("turn/start", {"threadId": self.thread, "input": items})
+            if "error" in answer:
+                self.written.discard(uid)
+                return {"ok": False, "code": "thread_error", "detail": str(answer["error"].get("message"))}
+            started = str(((answer.get("result") or {}).get("turn") or {}).get("id") or "")
+            if ack == "started" and started and started not in self.done_turns:
+                # Busy from the answer on: its turn/started notification may come a moment after it.
+                self.turn, self.active = started, {started}
+            self.seen[uid] = ack
+            self._append(json.dumps({"type": "drover_sent", "uuid": uid, "ack": ack}).encode("utf-8"))
+            return {"ok": True, "ack": ack, "busy": busy, "already": False}
+
+
 def main(argv: List[str]) -> int:
     folder = argv[1]
-    holder = Holder(folder)
+    with open(os.path.join(folder, "spec.json")) as f:
+        codex = json.load(f).get("protocol") == "codex"
+    holder = CodexHolder(folder) if codex else Holder(folder)
     path = os.path.join(folder, "sock")
     try:
         os.unlink(path)
@@ -249,6 +364,8 @@ def main(argv: List[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: holder.quit())
     holder.start()
     threading.Thread(target=holder.serve, args=(listener,), daemon=True).start()
+    if isinstance(holder, CodexHolder):
+        holder.handshake()
     holder.waiter.join()
     # Its claude ended: stay a while to say so to senders, then go (the exit stays recorded in exit.json).
     deadline = time.monotonic() + LINGER_S

@@ -80,8 +80,9 @@ def _retire(folder: str, name: str) -> None:
 
 
 def spawn(args: Dict[str, Any], profiles: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
-    if (args.get("engine") or "claude") != "claude":
-        raise HelperError(BAD_REQUEST, "--headless starts Claude Code only (engine claude), not %r" % args.get("engine"))
+    engine = args.get("engine") or "claude"
+    if engine not in ("claude", "codex"):
+        raise HelperError(BAD_REQUEST, "--headless starts Claude Code or Codex (engine claude or codex), not %r" % engine)
     resume = args.get("resume")
     name = resume or args.get("name") or ""
     if not tmux_spawn.NAME.match(name):
@@ -98,8 +99,10 @@ def spawn(args: Dict[str, Any], profiles: Dict[str, Dict[str, Any]]) -> Dict[str
             raise HelperError(SESSION_NOT_FOUND, "no headless session %r on this host to resume (drover ls lists them)" % name)
         _own_dir(folder)
         _retire(folder, name)
-        sid, cwd = str(old["session_id"]), str(old["cwd"])
-        template = str(old.get("template") or args.get("command") or "claude")
+        engine = str(old.get("engine") or "claude")
+        sid = str(old.get("session_id") or (headless._json(os.path.join(folder, "thread.json")) or {}).get("session_id"))
+        cwd = str(old["cwd"])
+        template = str(old.get("template") or args.get("command") or engine)
         extra = list(old.get("args") or [])
         for stale in ("exit.json", "holder.json", "sock"):
             try:
@@ -113,30 +116,37 @@ def spawn(args: Dict[str, Any], profiles: Dict[str, Dict[str, Any]]) -> Dict[str
         cwd = tmux_spawn._cwd(args.get("cwd") or "")
         sid, template, extra = (
             str(uuidlib.uuid4()),
-            str(args.get("command") or "claude"),
+            str(args.get("command") or engine),
             tmux_spawn.engine_args(args.get("args")),
         )
         _own_dir(folder)
     command = tmux_spawn.fill(template, cwd, name)
-    flag = "--resume=" + sid if resume else "--session-id=" + sid
-    argv = ["sh", "-c", command + ' "$@"', "drover-headless"] + STREAM_FLAGS + [flag] + extra
-    out = {"name": name, "engine": "claude", "cwd": cwd, "command": command, "server": None, "headless": True}
+    spec: Dict[str, Any] = {"name": name, "engine": engine, "cwd": cwd, "template": template, "args": extra}
+    if engine == "codex":  # its thread's id comes from its app-server (thread.json); a resume names it
+        flags = ["app-server"]
+        spec.update(protocol="codex", session_id=None, resume_thread=sid if resume else None)
+    else:
+        flags = STREAM_FLAGS + ["--resume=" + sid if resume else "--session-id=" + sid]
+        spec["session_id"] = sid
+    spec["argv"] = ["sh", "-c", command + ' "$@"', "drover-headless"] + flags + extra
+    out = {"name": name, "engine": engine, "cwd": cwd, "command": command, "server": None, "headless": True}
     if not resume:
-        out.update(tmux_spawn.pretrust("claude", cwd, list(args.get("trusted") or []), args.get("trust_file")))
+        out.update(tmux_spawn.pretrust(engine, cwd, list(args.get("trusted") or []), args.get("trust_file")))
     out["git"] = tmux_spawn.git_snapshot(cwd)
-    spec = {"name": name, "session_id": sid, "cwd": cwd, "argv": argv, "template": template, "args": extra}
     _write(os.path.join(folder, "spec.json"), json.dumps(spec))
     holder_py = os.path.join(folder, "holder.py")
     _write(holder_py, holder_source())
     subprocess.run([sys.executable, "-c", DETACH, sys.executable, "-E", "-s", holder_py, folder], timeout=30, check=False)
     try:
-        _ready(folder, float(args.get("timeout_s") or 60.0))
+        _ready(folder, float(args.get("timeout_s") or 60.0), engine)
     except HelperError:
         if not resume:  # a session that never ran leaves nothing behind, so the same --name can be tried again
             _abandon(folder)
         raise
     holder = headless._json(os.path.join(folder, "holder.json")) or {}
-    out.update(id=sid, identity="claude:%s" % sid, pid=holder.get("pid"), pane=None, target=None, tail=[])
+    if engine == "codex":
+        sid = str((headless._json(os.path.join(folder, "thread.json")) or {}).get("session_id"))
+    out.update(id=sid, identity="%s:%s" % (engine, sid), pid=holder.get("pid"), pane=None, target=None, tail=[])
     out.update(state="ready", reason="held by pid %s on %s/sock" % (holder.get("pid"), folder))
     return out
 
@@ -148,17 +158,18 @@ def _abandon(folder: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _ready(folder: str, timeout: float) -> None:
+def _ready(folder: str, timeout: float, engine: str) -> None:
     deadline = time.monotonic() + timeout
     settled = None
     while time.monotonic() < deadline:
         exited = headless._json(os.path.join(folder, "exit.json"))
         if exited:
             words = (headless._exit_words(exited), _stderr(folder))
-            raise HelperError(ENGINE_EXITED, "claude exited at once (%s); its last words: %s" % words)
+            raise HelperError(ENGINE_EXITED, "%s exited at once (%s); its last words: %s" % ((engine,) + words))
         if os.path.exists(os.path.join(folder, "sock")) and os.path.exists(os.path.join(folder, "holder.json")):
             settled = settled or time.monotonic() + SETTLE_S
-            if time.monotonic() >= settled and headless.ask(folder, {"op": "state"}).get("alive"):
+            state = headless.ask(folder, {"op": "state"}) if time.monotonic() >= settled else {}
+            if state.get("alive") and state.get("session_id"):  # (Codex: once its app-server started the thread)
                 return
         time.sleep(0.1)
     said = (folder, timeout, _stderr(folder))
