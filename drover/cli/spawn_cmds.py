@@ -58,7 +58,7 @@ def spawn(
         str | None, typer.Option("--parent-msg", help="the message id this spawn answers (recorded as its parent)")
     ] = None,
     headless: Annotated[
-        bool, typer.Option("--headless", help="Claude Code with no terminal, held on the host by drover's holder")
+        bool, typer.Option("--headless", help="Claude Code (or Codex) with no terminal, held on the host by drover's holder")
     ] = False,
     resume: Annotated[
         str | None, typer.Option("--resume", help="with --headless: a new holder for this headless session (its name)")
@@ -78,7 +78,8 @@ def spawn(
     Arguments after `--` are appended to the engine's command line for this spawn only (its [spawn.ENGINE]
     template, or the built-in one), each as exactly one argument: no shell reads them.
 
-    --headless starts Claude Code with no terminal (stream-json), held by a small process drover ships to the host;
+    --headless starts Claude Code with no terminal (stream-json), held by a small process drover ships to the host
+    (--engine codex: `codex app-server`);
     --resume NAME starts a new holder for a headless session whose holder or claude is gone (docs/lanes.md).
     """
     common(fleet, actor, debug, timeout)

@@ -50,7 +50,7 @@ class SpawnRequest(Request):
     args: list[str] | None = Field(
         None, description="arguments appended to the engine's command line for this spawn only, each one argv element"
     )
-    headless: bool = Field(False, description="Claude Code with no terminal, held on the host by drover's holder")
+    headless: bool = Field(False, description="Claude Code (or Codex) with no terminal, held on the host by drover's holder")
     resume: str | None = Field(None, description="with headless: start a new holder for this headless session (its name)")
 
 
