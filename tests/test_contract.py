@@ -52,7 +52,7 @@ OPS = {
     "sessions.message": ["host", "id", "text", "actor", "via", "expect_engine", "as_owner", "raw"],
     "sessions.nudge": ["host", "id", "text", "actor", "via", "create_if_missing", "engine", "cwd", "name"],
     "sessions.read": ["host", "id", "last", "roles", "grep", "since", "raw"],
-    "sessions.spawn": ["host", "engine", "cwd", "name", "brief", "actor", "parent_msg", "args"],
+    "sessions.spawn": ["host", "engine", "cwd", "name", "brief", "actor", "parent_msg", "args", "headless", "resume"],
     "sessions.spawns": ["host", "parent", "target", "limit", "live"],
     "sessions.status": ["host", "id", "tail"],
     "sessions.wait": ["host", "id", "until", "timeout_s"],

@@ -31,6 +31,8 @@ from drover.errors import UsageError
     epilog=examples(
         "drover spawn box-a --engine claude --cwd ~/src/webapp --name webapp-f9 --brief 'fix the flaky test'",
         "drover spawn box-a --engine claude --cwd ~/src/webapp --brief 'review it' -- --model opus",
+        "drover spawn box-a --engine claude --headless --cwd ~/src/webapp --name hl-1 --brief 'fix the flaky test'",
+        "drover spawn box-a --engine claude --headless --resume hl-1",
     ),
 )
 def spawn(
@@ -41,8 +43,8 @@ def spawn(
             "--engine", "-e", help="claude, codex, or one with [spawn.ENGINE] in the fleet", autocompletion=complete_engines
         ),
     ],
-    cwd: Annotated[str, typer.Option("--cwd", help="the directory it starts in, on the host (absolute or ~/...)")],
-    brief: Annotated[str, typer.Option("--brief", help="its first message, or - to read it from stdin")],
+    cwd: Annotated[str | None, typer.Option("--cwd", help="the directory it starts in, on the host (absolute or ~/...)")] = None,
+    brief: Annotated[str | None, typer.Option("--brief", help="its first message, or - to read it from stdin")] = None,
     engine_args: Annotated[
         list[str] | None,
         typer.Argument(
@@ -54,6 +56,12 @@ def spawn(
     name: Annotated[str | None, typer.Option("--name", help="its name (default: DIR-ENGINE-xxxx)")] = None,
     parent_msg: Annotated[
         str | None, typer.Option("--parent-msg", help="the message id this spawn answers (recorded as its parent)")
+    ] = None,
+    headless: Annotated[
+        bool, typer.Option("--headless", help="Claude Code (or Codex) with no terminal, held on the host by drover's holder")
+    ] = False,
+    resume: Annotated[
+        str | None, typer.Option("--resume", help="with --headless: a new holder for this headless session (its name)")
     ] = None,
     as_json: JsonOpt = False,
     fleet: FleetOpt = None,
@@ -69,8 +77,17 @@ def spawn(
 
     Arguments after `--` are appended to the engine's command line for this spawn only (its [spawn.ENGINE]
     template, or the built-in one), each as exactly one argument: no shell reads them.
+
+    --headless starts Claude Code with no terminal (stream-json), held by a small process drover ships to the host
+    (--engine codex: `codex app-server`);
+    --resume NAME starts a new holder for a headless session whose holder or claude is gone (docs/lanes.md).
     """
     common(fleet, actor, debug, timeout)
+    if resume and not headless:
+        raise UsageError("--resume is for headless sessions", hint="drover spawn HOST --engine claude --headless --resume NAME")
+    if not resume and (cwd is None or brief is None):
+        missing = " and ".join(f for f, v in (("--cwd", cwd), ("--brief", brief)) if v is None)
+        raise UsageError(f"missing {missing}", hint="drover spawn HOST --engine E --cwd DIR --brief TEXT")
     after = state.argv[state.argv.index("--") + 1 :] if "--" in state.argv else []
     if engine_args and engine_args != after:
         # click takes stray words for these arguments whether or not `--` came first: a word that was meant as
@@ -82,12 +99,14 @@ def spawn(
     payload: dict[str, Any] = {
         "host": host,
         "engine": engine,
-        "cwd": cwd,
+        "cwd": cwd or "",
         "name": name,
-        "brief": read_text(brief, "the brief"),
+        "brief": read_text(brief, "the brief") if brief is not None else "",
         "parent_msg": parent_msg,
         "args": engine_args or None,
     }
+    if headless:
+        payload.update(headless=True, resume=resume)
     doc = run("sessions.spawn", payload)
     finish(doc, as_json, show_spawn)
 

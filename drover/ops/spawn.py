@@ -50,6 +50,8 @@ class SpawnRequest(Request):
     args: list[str] | None = Field(
         None, description="arguments appended to the engine's command line for this spawn only, each one argv element"
     )
+    headless: bool = Field(False, description="Claude Code (or Codex) with no terminal, held on the host by drover's holder")
+    resume: str | None = Field(None, description="with headless: start a new holder for this headless session (its name)")
 
 
 class SpawnsRequest(Request):
@@ -261,12 +263,16 @@ async def spawn_session(
     via: str = "auto",
     args: list[str] | None = None,
     sender: Any = LOOK,
+    headless: bool = False,
+    resume: str | None = None,
 ) -> dict[str, Any]:
     """Start `engine` in `cwd` on `host`, wait until it is ready, brief it (`alone`: refused, `shared_cwd`, when a
     live session works in that directory already, as the host resolves it).  Bad input, an unreachable host, an
     engine that exits at once or never gets ready raise DroverError (nothing is briefed); a session at a dialog
     comes back with state "waiting" and brief None."""
-    if not brief.strip():
+    if resume:
+        name, cwd = resume, cwd or "~"  # the host knows its directory; a resume needs no brief
+    elif not brief.strip():
         raise EmptyText("the brief is empty", hint="give the new session something to do: --brief TEXT, or - for stdin")
     if name is not None and not NAME.match(name):
         raise InvalidRequest(
@@ -316,6 +322,8 @@ async def spawn_session(
         "alone": alone,
         "args": extra,
     }
+    if headless or resume:
+        request.update(headless=True, resume=resume)
     try:
         data = await call_host(ctx, host, "spawn", request, timeout=bound)
     except DroverError as exc:
@@ -343,6 +351,7 @@ async def spawn_session(
         "server": data.get("server"),
         "pid": data.get("pid"),
         "target": data.get("target"),
+        "headless": bool(data.get("headless")),
         "git": data.get("git"),
         "pretrusted": data.get("pretrusted", False),
         "parent": parent,
@@ -360,7 +369,7 @@ async def spawn_session(
     if result.get("target"):
         recorded["target"] = result["target"]  # session:window.pane, one more spelling `spawns --target` matches
     ctx.truth.append(_event("spawned", spawn_id, session=result["id"], actor=actor, parent=parent, git=result["git"], **recorded))
-    if result["state"] != "ready":
+    if result["state"] != "ready" or not brief.strip():
         return result  # at a dialog: drover never answers one, and a brief would only wait behind it (or answer it)
     # No blank line between them: Codex's composer ends at a blank line, so the guard would not see the whole paste.
     text = snapshot_text(host, result, actor, parent_msg, spawn_id, parent_session) + brief
@@ -387,6 +396,8 @@ async def sessions_spawn(ctx: Context, req: SpawnRequest) -> Result:
         actor=ctx.who(req.actor),
         parent_msg=req.parent_msg,
         args=req.args,
+        headless=req.headless,
+        resume=req.resume,
     )
     where = f"{data['name']} ({data['engine']}, {data['id']})"
     if data["state"] == "waiting":
@@ -396,7 +407,9 @@ async def sessions_spawn(ctx: Context, req: SpawnRequest) -> Result:
         )
         hint = f"answer it there (tmux attach -t {data['name']}), or pre-trust the folder in the fleet: trusted = [...]"
         return Result(data, [{"code": P.HELD, "message": message, "hint": hint, "host": req.host}], ExitCode.HELD)
-    brief = data["brief"] or {}
+    if data["brief"] is None:
+        return Result(data)  # a resumed headless session, given no brief
+    brief = data["brief"]
     exit_code = exit_code_for(brief.get("outcome"))
     if exit_code != ExitCode.OK:
         message = f"{where} is ready but its brief was {brief.get('outcome')}: {brief.get('detail', '')}"

@@ -133,12 +133,14 @@ def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
         raise HelperError(P.EMPTY_TEXT, "the message text is empty")
     session = find(args, profiles, [])
     lane = args.get("lane") or "auto"
-    if lane not in ("auto", "inbox", "tmux", "queue"):
-        raise HelperError(P.BAD_LANE, "unknown lane %r: auto, inbox, queue or tmux" % lane)
+    if lane not in ("auto", "inbox", "tmux", "queue", "headless"):
+        raise HelperError(P.BAD_LANE, "unknown lane %r: auto, inbox, queue, headless or tmux" % lane)
     expect = args.get("expect_engine")
     if expect and expect != session["engine"]:
         detail = "the session runs %s, not %s" % (session["engine"], expect)
         return tmux_lane.refusal(P.ENGINE_MISMATCH, detail, session)
+    if "_headless" in session:
+        return _headless(session, text, lane, args)
     # Native first, and only: where the engine has a lane of its own, it decides; no paste goes around it, whatever
     # drover itself would make of the screen or the transcript.  The owner relaying their own words is the exception.
     native = native_lane(session)
@@ -181,6 +183,22 @@ def deliver(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     if pane is None:
         raise HelperError(P.BAD_LANE, "%s has no tmux pane to paste into" % brief(session))
     return verified(session, _paste(session, pane, body, actor, mode, args, profiles), args)
+
+
+def _headless(session: Session, text: str, lane: str, args: Dict[str, Any]) -> Dict[str, Any]:
+    """A session held by a holder on this host: its socket is its only way in (it has no pane to paste into).  The
+    envelope and neutralisation are the inbox lane's; the holder's stream acknowledges the line's uuid."""
+    from . import headless
+
+    if lane not in ("auto", "headless") or args.get("finish"):
+        detail = "refused: %s is a headless session: it has no pane, only its holder's socket (drop --via)" % brief(session)
+        return dict(tmux_lane.refusal(P.NATIVE_LANE, detail, session), lane="headless")
+    actor = args.get("actor") or "unknown"
+    mode, evidence = declared_class(session, args)
+    payload = envelope(neutralise(text), actor, mode, session=args.get("msg_id") or "", sender=args.get("sender") or "")
+    outcome = headless.deliver(session, payload, args)
+    outcome.update(evidence, declared_mode=mode, session=public(session))
+    return outcome
 
 
 WAITS_ON_HUMAN = (

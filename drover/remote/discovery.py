@@ -79,16 +79,26 @@ def discover(profiles: Profiles, warnings: List[str]) -> List[Session]:
         if pane is not None:
             used.add(id(pane))
         sessions.append(claude.session_from_record(rec, pane))
-    return sessions + [s for s in pane_sessions if id(s) not in used]
+    from . import headless  # sessions with no terminal, held on this host (headless.py)
+
+    held = headless.sessions(warnings)
+    # A held claude registers in Claude's registry too (measured on 2.1.328): one session, reached through its holder.
+    ids = set(h["id"] for h in held)
+    sessions = [s for s in sessions if not ("_record" in s and s["id"] in ids and s.get("_pane") is None)]
+    return sessions + [s for s in pane_sessions if id(s) not in used] + held
 
 
 def pane_of(session: Session) -> Any:
     """The tmux pane a session lives in (itself, for a pane session), or None."""
+    if "_headless" in session:
+        return None  # a headless session never gets a paste
     return session.get("_pane") if "_record" in session or "_paneless" in session else session
 
 
 def with_state(session: Session, profiles: Profiles) -> Session:
     """The session's state with its evidence. Claude's own record is authoritative; the screen is evidence."""
+    if "_headless" in session:  # its holder's word, asked when it was found
+        return session
     if "_paneless" in session:  # a Codex thread no pane runs: its app-server's word is all there is
         from . import codex
 
@@ -202,6 +212,8 @@ def find(args: Dict[str, Any], profiles: Profiles, warnings: List[str]) -> Sessi
 
 def identity(session: Session) -> str:
     """What a session is, however it was named: a Claude session's id, else its tmux server and pane."""
+    if "_headless" in session:  # itself across holders (--resume): its engine's session or thread id
+        return "%s:%s" % (session["engine"], session["id"])
     if "_record" in session:
         return "claude:%s" % session["id"]
     if "_paneless" in session:
@@ -212,7 +224,9 @@ def identity(session: Session) -> str:
 
 def pin(session: Session) -> str:
     """A name that resolves to exactly this session and nothing else (for the request that delivers)."""
-    return session["id"] if "_record" in session or "_paneless" in session else "%s/%s" % (session["server"], session["id"])
+    if "_record" in session or "_paneless" in session or "_headless" in session:
+        return str(session["id"])
+    return "%s/%s" % (session["server"], session["id"])
 
 
 def public(session: Session) -> Session:

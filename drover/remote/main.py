@@ -185,6 +185,17 @@ def op_verify(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     return seen
 
 
+def op_spawn(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
+    """A session in a tmux session of its own (spawn.py), or a headless one held on this host (headless_spawn.py)."""
+    if args.get("headless") or args.get("resume"):
+        from . import headless_spawn
+
+        return headless_spawn.spawn(args, profiles)
+    from . import spawn
+
+    return spawn.spawn(args, profiles)
+
+
 def _in(module: str, name: str) -> Callable[[Dict[str, Any], Profiles], Any]:
     """An op whose module is imported only when a request needs it: a cold start pays for what it uses."""
 
@@ -207,7 +218,7 @@ OPS: Dict[str, Callable[[Dict[str, Any], Profiles], Any]] = {
     "verify": op_verify,
     "attention": _in("attention", "sessions"),
     "wait_file": _in("files", "wait_file"),
-    "spawn": _in("spawn", "spawn"),
+    "spawn": op_spawn,
     "last_words": _in("gone", "last_words"),
     "lifecycle": _in("own_record", "lifecycle"),
 }

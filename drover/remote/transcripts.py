@@ -145,12 +145,20 @@ def _rollout_id(path: str) -> str:
 
 def transcript_for(session: Optional[Session], target: str) -> Tuple[str, str]:
     """(path, engine) of the session's transcript: Claude's by sessionId, else a Codex rollout by id."""
-    if session is not None and session["engine"] == "claude" and "_record" in session:
-        sid = session["_record"]["sessionId"]
+    if session is not None and session["engine"] == "claude" and ("_record" in session or "_headless" in session):
+        sid = session["_record"]["sessionId"] if "_record" in session else session["id"]
         hits = claude.transcripts(sid)
         if hits:
             return max(hits, key=os.path.getmtime), "claude"
+        if "_headless" in session and os.path.isfile(os.path.join(session["_headless"], "stream.jsonl")):
+            return os.path.join(session["_headless"], "stream.jsonl"), "claude"  # its entries are shaped alike
         raise HelperError(P.NO_TRANSCRIPT, "Claude session %s has no transcript yet" % sid)
+    if session is not None and session["engine"] == "codex" and "_headless" in session:
+        pattern = os.path.join(codex_home(), "sessions", "**", "rollout-*%s.jsonl" % glob.escape(session["id"]))
+        found = sorted(glob.glob(pattern, recursive=True))
+        if found:
+            return found[-1], "codex"
+        return os.path.join(session["_headless"], "stream.jsonl"), "codex"
     if session is not None and session.get("thread"):
         # A Codex pane (or a thread no pane runs): its thread's rollout, under the CODEX_HOME its TUI runs with.
         from . import codex

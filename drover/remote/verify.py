@@ -183,6 +183,10 @@ def needles(args: Dict[str, Any], lane: str) -> List[str]:
 
 def find(session: Session, args: Dict[str, Any], lane: str) -> Dict[str, Any]:
     """{"found": True | False | None, "how": words}: None when the engine keeps no record drover can read."""
+    if "_headless" in session:  # its own stream, by the line's uuid, whatever lane the message was sent on
+        from . import headless
+
+        return headless.seen(session, args)
     paths = records_of(session)
     if paths is None:
         return {"found": None, "how": "%s keeps no record drover can read" % session["engine"]}

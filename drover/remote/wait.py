@@ -73,6 +73,25 @@ def wait_pane(session: Session, until: str, timeout: float, profiles: Profiles) 
         time.sleep(0.25)
 
 
+def wait_headless(session: Session, until: str, timeout: float) -> Dict[str, Any]:
+    """A headless session: its holder's word on its stream, asked every quarter second (on this host)."""
+    from . import headless
+
+    started = time.monotonic()
+    state = session["state"]
+    while True:
+        caller.check()
+        now = headless.session_at(session["_headless"], [])
+        state = (now or {}).get("state", "gone")
+        if state == "gone":
+            return {"reached": until == "exited", "state": "exited", "how": (now or {}).get("reason", "its directory is gone")}
+        if until == "idle" and state == "idle":
+            return {"reached": True, "state": "idle", "how": "the holder's stream: no turn runs"}
+        if time.monotonic() - started > timeout:
+            return {"reached": False, "state": state, "how": "asked the holder on the host"}
+        time.sleep(0.25)
+
+
 def wait(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     until = args.get("until", "idle")
     if until not in ("idle", "exited"):
@@ -81,7 +100,9 @@ def wait(args: Dict[str, Any], profiles: Profiles) -> Dict[str, Any]:
     session = find(args, profiles, [])
     started = time.monotonic()
     claude_session = "_record" in session
-    if claude_session and (until == "exited" or "inbox" in session["lanes"]):
+    if "_headless" in session:
+        result = wait_headless(session, until, timeout)
+    elif claude_session and (until == "exited" or "inbox" in session["lanes"]):
         # Exit is watched on the process; idle comes as Claude's own notice through the inbox.
         result = wait_claude(session, until, timeout)
     else:

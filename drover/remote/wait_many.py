@@ -113,6 +113,8 @@ def _state(session: Optional[Session], engine: Any, profiles: Profiles) -> Dict[
         return {"state": "waiting", "how": reason, "screen_state": state}
     if state == "idle":
         how = "Claude's registry says idle" if "_record" in session else "the pane's screen is idle"
+        if "_headless" in session:
+            how = "its holder's stream says no turn runs"
         return {"state": "idle", "how": how, "screen_state": state}
     return {"state": "working" if state == "busy" else state, "how": session.get("reason") or "", "screen_state": state}
 
