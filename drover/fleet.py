@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 
 from drover import paths
 from drover.errors import ConfigError, FleetInvalid, TargetError, UnknownHost, UsageError
+from drover.fleet_adapters import AdapterConfig, check_names
 from drover.fleet_engines import EngineProfile, MaybeSeconds, Seconds, SpawnEngine, _Strict, check_regexes
 from drover.fleet_lines import deep_line, problems, strange_values
 from drover.fleet_schedule import quiet_minutes
@@ -223,6 +224,13 @@ class Fleet(_Strict):
     engines: dict[str, EngineProfile] = Field(default_factory=dict)
     spawn: dict[str, SpawnEngine] = Field(default_factory=dict)
     nudge: list[NudgeEntry] = Field(default_factory=list)
+    # `adapter:NAME` receivers (drover/fleet_adapters.py, drover/adapters.py).
+    adapters: dict[str, AdapterConfig] = Field(default_factory=dict)
+
+    @field_validator("adapters")
+    @classmethod
+    def _adapter_names(cls, adapters: dict[str, AdapterConfig]) -> dict[str, AdapterConfig]:
+        return check_names(adapters)
 
     @field_validator("nudge", mode="before")
     @classmethod

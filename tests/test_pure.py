@@ -64,6 +64,7 @@ PINNED_CODES = {
         "truth_unwritable",
     ],
     "refusal": [
+        "adapter_refused",
         "busy",
         "cannot_verify",
         "changed_before_enter",
@@ -106,6 +107,10 @@ PINNED_CODES = {
     ],
     "drop": ["hop_loop", "hop_runaway", "queue_full", "receiver_dropped"],
     "failure": [
+        "adapter_crashed",
+        "adapter_failed",
+        "adapter_missing",
+        "adapter_timeout",
         "auth_failed",
         "bundle_mismatch",
         "connect_timeout",
