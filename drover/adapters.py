@@ -43,6 +43,8 @@ DETAIL_MAX = 300  # stderr's last line as the detail shows it
 # stops reading: the outcome is the exit status, not whatever a straggler still writes.
 PIPE_GRACE_S = 2.0
 CHUNK = 64 << 10
+KILL_WAIT_S = 5.0  # how long a SIGKILLed adapter may take to be reaped
+EXIT_POLL_S = 0.02  # how often its exit is looked for (the child watcher has no awaitable for the exit alone)
 
 
 async def deliver(ctx: Context, name: str, *, msg_id: str, text: str, actor: str, attempt: int) -> Outcome:
@@ -120,22 +122,28 @@ async def _run(proc: asyncio.subprocess.Process, name: str, cfg: AdapterConfig, 
     ]
     timed_out = False
     try:
-        try:
-            await asyncio.wait_for(proc.wait(), cfg.timeout)
-        except TimeoutError:
+        if not await _exited(proc, cfg.timeout):
             timed_out = True
             _kill_group(proc)
-            await proc.wait()
+            await _exited(proc, KILL_WAIT_S)
         _done, pending = await asyncio.wait(pipes, timeout=PIPE_GRACE_S)
     except BaseException:  # Ctrl-C or a cancelled send: nothing of the adapter's is left running
         _kill_group(proc)
+        # Reaped and its pipes at their end before drover goes on (a loop closed over them warns, and leaks).
+        with contextlib.suppress(BaseException):
+            await _exited(proc, KILL_WAIT_S)
+            await asyncio.wait(pipes, timeout=PIPE_GRACE_S)
+        _close(proc)
         for task in pipes:
             task.cancel()
         raise
     for task in pending:
         task.cancel()
+    if pending:
+        _close(proc)
     code = proc.returncode
-    assert code is not None
+    if code is None:  # not even SIGKILL ended it in KILL_WAIT_S (a process stuck in the kernel): said as a timeout
+        code = -signal.SIGKILL
     reply: dict[str, Any] = {"exit": code} if code >= 0 else {"signal": _signal_name(-code)}
     reply.update(stdout=stdout.text(), untrusted=True)
     if stdout.truncated:
@@ -179,6 +187,25 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+async def _exited(proc: asyncio.subprocess.Process, seconds: float) -> bool:
+    """Whether the adapter itself exited within `seconds`.  Not `proc.wait()`: that also waits for its pipes to
+    close, which a process it started outside its group (`setsid`) can hold open for as long as it lives."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while proc.returncode is None:
+        if asyncio.get_running_loop().time() >= deadline:
+            return False
+        await asyncio.sleep(EXIT_POLL_S)
+    return True
+
+
+def _close(proc: asyncio.subprocess.Process) -> None:
+    # A process it left behind still holds a pipe: closed here, in the loop, so nothing is left for the loop's end
+    # to complain about (a traceback at exit).  asyncio's Process has no public handle on its transport.
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:

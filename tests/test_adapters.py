@@ -4,8 +4,10 @@ untrusted reply.  A hang is killed with its whole process group; a retry runs it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -319,3 +321,53 @@ def test_the_example_fleet_documents_every_adapter_key() -> None:
     assert parsed.adapters["pager"].args == ["--team", "infra"] and parsed.adapters["pager"].timeout == 30.0
     for key in AdapterConfig.model_fields:
         assert f"\n{key} =" in text, f"fleet.example.toml does not document [adapters.NAME] {key}"
+
+
+def test_a_cancelled_send_leaves_nothing_of_the_adapter_running(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (the send's task cancelled) while the adapter runs: its process group is killed before drover goes."""
+    import asyncio
+
+    from drover import adapters
+    from drover.ops.core import Context
+
+    pids = isolated / "pids"
+    hang = f"sleep 600 & echo $$ $! > {pids}.tmp; mv {pids}.tmp {pids}; wait"
+    path = fleet(isolated, monkeypatch, {"hang": {"command": "/bin/sh", "args": ["-c", hang], "timeout": 600}})
+
+    async def main() -> None:
+        ctx = Context(fleet_path=str(path))
+        task = asyncio.ensure_future(adapters.deliver(ctx, "hang", msg_id="msg_x", text="t", actor="a", attempt=1))
+        while not pids.exists():
+            await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    shell, child = (int(p) for p in pids.read_text().split())
+    wait_for(lambda: not alive(shell) and not alive(child), what="the adapter and its child gone")
+
+
+@pytest.mark.slow  # the two seconds drover gives a held pipe after the adapter's exit, and a timeout
+@pytest.mark.parametrize(("tail", "outcome"), [("echo hi", "delivered"), ("echo hi; wait", "failed")])
+def test_a_process_left_outside_the_group_holds_up_nothing(
+    cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch, tail: str, outcome: str
+) -> None:
+    """A process the adapter started in a session of its own (`setsid`) keeps its pipes open as long as it lives:
+    the outcome is the adapter's own exit (or its timeout), not that process's end, and it leaves no traceback."""
+    pids = isolated / "pids"
+    body = f"setsid sleep 600 & echo $! > {pids}.tmp; mv {pids}.tmp {pids}; {tail}"
+    fleet(isolated, monkeypatch, {"bg": {"command": "/bin/sh", "args": ["-c", body], "timeout": 1}})
+    try:
+        res = cli("send", "adapter:bg", "hello", "--json")
+        assert "Traceback" not in res.err and "Event loop is closed" not in res.err
+        data = res.json()["data"]
+        assert (data["outcome"], data["stdout"]) == (outcome, "hi\n")
+        if outcome == "failed":
+            assert data["code"] == "adapter_timeout"
+        straggler = int(pids.read_text())
+        assert alive(straggler)  # out of the adapter's group, so out of drover's reach: only not waited for
+    finally:
+        if pids.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pids.read_text()), signal.SIGKILL)
