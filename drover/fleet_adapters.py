@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from drover.fleet_engines import Seconds, _Strict
 from drover.paths import MAX_DURATION_S
@@ -34,6 +34,16 @@ class AdapterConfig(_Strict):
         for item in [value] if isinstance(value, str) else value or []:
             if "\x00" in item:
                 raise ValueError("may not hold a NUL character")
+        return value
+
+    @field_validator("command", "cwd")
+    @classmethod
+    def _absolute(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Relative to what?  The daemon runs from /, a cron job from the home, a shell from anywhere: said once.
+        if value is None or (info.field_name == "command" and "/" not in value):
+            return value  # a bare command name is looked up on PATH
+        if not (value.startswith("/") or value.startswith("~/")):
+            raise ValueError(f"{value!r} must be absolute or ~/... (a bare command name is looked up on PATH)")
         return value
 
     @field_validator("env")

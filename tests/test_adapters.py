@@ -280,6 +280,8 @@ def test_a_command_that_cannot_be_executed_is_a_clear_failure(cli: Cli, isolated
         ('[adapters.x]\ncommand = "/bin/true"\nenv = { DROVER_MESSAGE_ID = "1" }\n', "DROVER_MESSAGE_ID is set by drover"),
         ('[adapters.x]\ncommand = "/bin/true"\ntimeout = 0\n', "timeout"),
         ('[adapters.x]\nargs = ["a"]\n', "command"),
+        ('[adapters.x]\ncommand = "bin/gw"\n', "'bin/gw' must be absolute or ~/..."),
+        ('[adapters.x]\ncommand = "gw"\ncwd = "work"\n', "'work' must be absolute or ~/..."),
         ('[adapters.x]\ncommand = "/bin/true"\nshell = true\n', "shell"),
     ],
 )
