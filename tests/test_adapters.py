@@ -129,18 +129,20 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead, only not yet reaped
 
 
+@pytest.mark.slow  # it waits out the adapter's timeout
 def test_a_hang_is_killed_at_its_timeout_with_its_process_group(
     cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pids = isolated / "pids"
     # The adapter starts a child of its own, says both pids, and hangs; neither may outlive the timeout.
     hang = f"sleep 600 & echo $$ $! > {pids}; echo started; wait"
-    fleet(isolated, monkeypatch, {"hang": {"command": "/bin/sh", "args": ["-c", hang], "timeout": 0.5}})
+    # Long enough for a loaded machine to start the shell and let it write its pids before it is killed.
+    fleet(isolated, monkeypatch, {"hang": {"command": "/bin/sh", "args": ["-c", hang], "timeout": 3}})
     res = cli("send", "adapter:hang", "hello", "--json")
     assert res.code == 5, res.out
     data = res.json()["data"]
     assert (data["outcome"], data["code"], data["indeterminate"]) == ("failed", "adapter_timeout", True)
-    assert "past its timeout of 0.5s and was killed with its process group" in data["detail"]
+    assert "past its timeout of 3s and was killed with its process group" in data["detail"]
     assert data["stdout"] == "started\n" and data["signal"] == "SIGKILL"
     shell, child = (int(p) for p in pids.read_text().split())
     wait_for(lambda: not alive(shell) and not alive(child), what="the adapter and its child gone")
@@ -339,8 +341,11 @@ def test_a_cancelled_send_leaves_nothing_of_the_adapter_running(isolated: Path, 
     async def main() -> None:
         ctx = Context(fleet_path=str(path))
         task = asyncio.ensure_future(adapters.deliver(ctx, "hang", msg_id="msg_x", text="t", actor="a", attempt=1))
-        while not pids.exists():
+        for _ in range(3000):  # a minute, generously: the shell writes its pids at once
+            if pids.exists() or task.done():
+                break
             await asyncio.sleep(0.02)
+        assert pids.exists() and not task.done()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -359,7 +364,7 @@ def test_a_process_left_outside_the_group_holds_up_nothing(
     the outcome is the adapter's own exit (or its timeout), not that process's end, and it leaves no traceback."""
     pids = isolated / "pids"
     body = f"setsid sleep 600 & echo $! > {pids}.tmp; mv {pids}.tmp {pids}; {tail}"
-    fleet(isolated, monkeypatch, {"bg": {"command": "/bin/sh", "args": ["-c", body], "timeout": 1}})
+    fleet(isolated, monkeypatch, {"bg": {"command": "/bin/sh", "args": ["-c", body], "timeout": 3}})
     try:
         res = cli("send", "adapter:bg", "hello", "--json")
         assert "Traceback" not in res.err and "Event loop is closed" not in res.err
