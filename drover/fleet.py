@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from drover import paths
 from drover.bots.config import BotConfig, WebhookConfig
 from drover.errors import ConfigError, FleetInvalid, TargetError, UnknownHost, UsageError
+from drover.fleet_adapters import AdapterConfig, check_names
 from drover.fleet_engines import EngineProfile, MaybeSeconds, Seconds, SpawnEngine, _Strict, check_regexes
 from drover.fleet_lines import deep_line, problems, strange_values
 from drover.fleet_schedule import quiet_minutes
@@ -227,6 +228,13 @@ class Fleet(_Strict):
     # Receivers that are not sessions (drover/bots/): `bot:NAME` is a [bots.NAME]; [webhook] is their reply listener.
     bots: dict[str, BotConfig] = Field(default_factory=dict)
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
+    # `adapter:NAME` receivers (drover/fleet_adapters.py, drover/adapters.py).
+    adapters: dict[str, AdapterConfig] = Field(default_factory=dict)
+
+    @field_validator("adapters")
+    @classmethod
+    def _adapter_names(cls, adapters: dict[str, AdapterConfig]) -> dict[str, AdapterConfig]:
+        return check_names(adapters)
 
     @field_validator("nudge", mode="before")
     @classmethod

@@ -109,6 +109,10 @@ class ReadStats:
         return [w]
 
 
+# An outcome's members that are the receiver's words (drover/adapters.py): kept as the message's `reply`.
+REPLY_KEYS = ("stdout", "stdout_truncated", "stdout_bytes", "untrusted")
+
+
 @dataclass
 class Message:
     """A message folded from its events: what was asked and what became of it."""
@@ -134,6 +138,9 @@ class Message:
     indeterminate: bool | None = None  # drover cannot know whether it arrived
     pasted: bool | None = None  # the text reached a pane's input box (refused after the paste)
     uncertain: bool = False  # some attempt may have reached the receiver, or the send itself left no outcome
+    # What the receiver answered in words (an adapter's stdout): data, marked untrusted, never instructions.  Only
+    # a message that has one shows the member.
+    reply: dict[str, Any] | None = None
 
     @property
     def pending(self) -> bool:
@@ -141,6 +148,8 @@ class Message:
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
+        if out["reply"] is None:
+            del out["reply"]
         out["pending"] = self.pending
         return out
 
@@ -173,6 +182,7 @@ class Message:
         self.verification = ev.get("verification")
         self.indeterminate = ev.get("indeterminate")
         self.pasted = ev.get("pasted")
+        self.reply = {k: ev[k] for k in REPLY_KEYS if k in ev} if "stdout" in ev else None
         return self
 
 

@@ -65,6 +65,7 @@ PINNED_CODES = {
         "truth_unwritable",
     ],
     "refusal": [
+        "adapter_refused",
         "bot_disabled",
         "bot_redirect",
         "bot_refused",
@@ -110,6 +111,10 @@ PINNED_CODES = {
     ],
     "drop": ["hop_loop", "hop_runaway", "queue_full", "receiver_dropped"],
     "failure": [
+        "adapter_crashed",
+        "adapter_failed",
+        "adapter_missing",
+        "adapter_timeout",
         "auth_failed",
         "bot_failed",
         "bot_timeout",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -370,6 +371,8 @@ def fleet_show(data: dict[str, Any]) -> None:
     )
     if fleet.get("engines"):
         out().print(Text("engine profiles overridden: " + ", ".join(sorted(fleet["engines"])), style="dim"))
+    for name, a in sorted((fleet.get("adapters") or {}).items()):  # `adapter:NAME` receivers, a line each
+        out().print(Text(f"adapter:{name}  {shlex.join([a['command'], *a['args']])}  (timeout {a['timeout']:g}s)"))
 
 
 def _mark(value: bool | None) -> Text:

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import Field
 
 from drover.errors import DroverError, ExitCode, TargetError, TruthFileError
+from drover.fleet import ENDPOINT_KINDS
 from drover.ops.broadcast import natural
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import fan_exit, fan_out
@@ -176,7 +177,9 @@ async def board(ctx: Context, req: BoardRequest) -> Result:
     errors = [err.to_dict() for _h, _d, err in answers if isinstance(err, DroverError)]
     exit_code = fan_exit(answers)
     try:
-        held, truth_warnings = held_messages(ctx, hosts, cutoff)
+        # Held by a receiver that is no host (`adapter:NAME`): on the board unless hosts were picked.
+        kinds = [] if req.hosts or req.tags else list(ENDPOINT_KINDS)
+        held, truth_warnings = held_messages(ctx, hosts + kinds, cutoff)
     except TruthFileError as exc:
         # The waiting sessions do not need the truth file: they are shown; the held list is said to be unknown.
         held, truth_warnings = [], [{"message": f"held messages unavailable: {exc.line()}"}]

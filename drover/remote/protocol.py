@@ -185,6 +185,12 @@ ENGINE_EXITED = "engine_exited"  # the engine's command exited at once (its pane
 SPAWN_TIMEOUT = "spawn_timeout"  # the new session was not ready (nor at a dialog) in time; it is left running
 TRUST_FILE_ERROR = "trust_file_error"  # the engine's settings file could not be read or written to pre-trust a folder
 # The catch-all of a bug
+# Command adapters (`adapter:NAME`, drover/adapters.py): what their exit status said
+ADAPTER_REFUSED = "adapter_refused"  # it exited 4
+ADAPTER_FAILED = "adapter_failed"  # it exited non-zero (not 3 or 4): retryable
+ADAPTER_CRASHED = "adapter_crashed"  # killed by a signal: it may have acted first
+ADAPTER_TIMEOUT = "adapter_timeout"  # past its timeout, killed with its process group: it may have acted first
+ADAPTER_MISSING = "adapter_missing"  # its command (or cwd) is not there, or cannot be executed: it never ran
 INTERNAL_ERROR = "error"
 
 # Every code and its class.  Some names are shared by two meanings of one word (drover's own `duplicate` refusal
@@ -312,12 +318,19 @@ CODES = {
     ENGINE_EXITED: FAILURE,
     SPAWN_TIMEOUT: TIMEOUT,
     TRUST_FILE_ERROR: CONFIG,
+    ADAPTER_REFUSED: REFUSAL,
+    ADAPTER_FAILED: FAILURE,
+    ADAPTER_CRASHED: FAILURE,
+    ADAPTER_TIMEOUT: FAILURE,
+    ADAPTER_MISSING: FAILURE,
     INTERNAL_ERROR: INTERNAL,
 }
 
 # Failures after the request left: the host may have acted on it, so the message's fate is unknown and it is
 # never retried blindly.
-INDETERMINATE = frozenset([CONNECTION_LOST, REQUEST_TIMEOUT, PASTE_UNCERTAIN, INTERRUPTED, QUEUE_TIMEOUT])
+INDETERMINATE = frozenset(
+    [CONNECTION_LOST, REQUEST_TIMEOUT, PASTE_UNCERTAIN, INTERRUPTED, QUEUE_TIMEOUT, ADAPTER_CRASHED, ADAPTER_TIMEOUT]
+)
 
 # Claude Code's drop reasons (hyphenated on the wire) as drover's codes.
 DROP_REASONS = {
