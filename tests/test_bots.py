@@ -163,14 +163,21 @@ def test_each_answer_is_its_outcome_and_exit_code(
     assert [(e["outcome"], e.get("code")) for e in recorded] == [(outcome, code)]
 
 
-def test_a_410_disables_the_bot_until_the_fleet_changes_it(cli: Cli, fleet_file: Path, bot: Bot) -> None:
+def test_a_410_disables_the_bot_until_the_fleet_changes_it(cli: Cli, fleet_file: Path, bot: Bot, listener: Listener) -> None:
     bot.status = 410
-    assert send(cli)[0] == ExitCode.REFUSED
+    code, first = send(cli)
+    assert code == ExitCode.REFUSED and outcome_of(first)["code"] == "bot_disabled"
     bot.status = 200
     code, doc = send(cli, "again")
     out = outcome_of(doc)
-    assert code == ExitCode.REFUSED and out["code"] == "bot_disabled" and "nothing was sent" in out["detail"]
+    assert code == ExitCode.REFUSED and out["code"] == "bot_disabled_unsent" and "nothing was sent" in out["detail"]
     assert len(bot.got) == 1  # refused without a request
+    # A "reply" to the message that never left answers nothing the bot got; one to the 410'd one it did get.
+    unsent = reply(doc["data"]["id"], "forged")
+    status, answer = post(listener.url + "?bot=b", unsent, signed(unsent, wid="cb_unsent"))
+    assert (status, answer["reason"]) == (422, "unknown_message"), answer
+    got = reply(first["data"]["id"], "it did arrive")
+    assert post(listener.url + "?bot=b", got, signed(got, wid="cb_got"))[0] == 200
     write_fleet(fleet_file, bot.url + "/v2")  # the bot's address changed: the fleet says it is another endpoint now
     code, doc = send(cli, "after the change")
     assert code == ExitCode.OK, doc

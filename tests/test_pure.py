@@ -67,6 +67,7 @@ PINNED_CODES = {
     "refusal": [
         "adapter_refused",
         "bot_disabled",
+        "bot_disabled_unsent",
         "bot_redirect",
         "bot_refused",
         "busy",

@@ -119,7 +119,7 @@ def _verify(fleet: Fleet, bot: str | None, headers: dict[str, str], raw: bytes, 
 
 
 # Outcomes that say no request left drover: a reply "to" such a message answers something the bot never got.
-NEVER_SENT = frozenset({P.DUPLICATE, P.RATE_LIMITED, P.TOO_LARGE, P.BOT_SECRET, P.UNKNOWN_ENDPOINT})
+NEVER_SENT = frozenset({P.DUPLICATE, P.RATE_LIMITED, P.TOO_LARGE, P.BOT_SECRET, P.UNKNOWN_ENDPOINT, P.BOT_DISABLED_UNSENT})
 
 
 def _sent_to(truth: TruthFile, msg_id: str, bot: str) -> bool:

@@ -5,8 +5,9 @@ The body is JSON {type, id, actor, text, timestamp, callback}; `webhook-id` is d
 signature comes from the `standardwebhooks` package, never a hand-rolled HMAC.  What the response means:
 
 - 2xx: delivered, verified by the receiver's own answer;
-- 410: refused (`bot_disabled`) -- and every later send to that bot is refused without a request until its
-  [bots.NAME] url or secret changes (remembered in `bots-disabled.json` beside the record);
+- 410: refused (`bot_disabled`) -- and every later send to that bot is refused without a request
+  (`bot_disabled_unsent`: nothing left, so no reply can answer it) until its [bots.NAME] url or
+  secret changes (remembered in `bots-disabled.json` beside the record);
 - a redirect: refused (`bot_redirect`), naming the Location, never followed (an address nobody configured);
 - other 4xx: refused (`bot_refused`);
 - 5xx, a timeout, a connection error: failed and retryable; `indeterminate` when the request may have arrived.
@@ -151,7 +152,7 @@ async def deliver(ctx: Context, name: str, *, msg_id: str, text: str, actor: str
             f"bot {name} answered 410 (disabled) at {gone.get('since')} to {gone.get('id')}: nothing was sent; "
             f"change its [bots.{name}] url or secret once it is enabled again"
         )
-        return Outcome.of({"outcome": P.REFUSED, **base, "code": P.BOT_DISABLED, "detail": why})
+        return Outcome.of({"outcome": P.REFUSED, **base, "code": P.BOT_DISABLED_UNSENT, "detail": why})
     body = payload(msg_id, actor, text, ctx.fleet.webhook.callback(name))
     tries = 0
     while True:

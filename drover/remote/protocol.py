@@ -66,6 +66,7 @@ HANDOFF_BROKEN = "handoff_broken"  # the named session is gone and no generation
 UNKNOWN_ENDPOINT = "unknown_endpoint"  # `bot:NAME` / `adapter:NAME` with no such entry in the fleet
 # A bot's webhook (drover/bots/deliver.py): what its HTTP answer, or the lack of one, means
 BOT_DISABLED = "bot_disabled"  # it answered 410: sends are refused until its url or secret changes
+BOT_DISABLED_UNSENT = "bot_disabled_unsent"  # refused without a request: it answered 410 earlier, nothing was sent
 BOT_REDIRECT = "bot_redirect"  # it answered a redirect, which is never followed
 BOT_REFUSED = "bot_refused"  # another 4xx
 BOT_FAILED = "bot_failed"  # a 5xx: retryable, the same webhook-id
@@ -216,6 +217,7 @@ CODES = {
     HANDOFF_BROKEN: TARGET,
     UNKNOWN_ENDPOINT: TARGET,
     BOT_DISABLED: REFUSAL,
+    BOT_DISABLED_UNSENT: REFUSAL,
     BOT_REDIRECT: REFUSAL,
     BOT_REFUSED: REFUSAL,
     BOT_FAILED: FAILURE,
