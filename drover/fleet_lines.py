@@ -54,6 +54,9 @@ def locate(text: str, loc: tuple[Any, ...]) -> int | None:
     return best
 
 
+_CREDENTIALS = re.compile(r"://[^/?#\s]*@")
+
+
 def problems(path: Path, text: str, exc: ValidationError) -> list[str]:
     out = []
     for err in exc.errors():
@@ -64,7 +67,8 @@ def problems(path: Path, text: str, exc: ValidationError) -> list[str]:
         msg = err["msg"].removeprefix("Value error, ")  # our own validators' words, without pydantic's label
         if err["type"] == "extra_forbidden":
             msg = "unknown key (`drover fleet init --print` lists every key drover knows)"
-        elif "input" in err and not isinstance(err["input"], dict | list):
+        elif "input" in err and not isinstance(err["input"], dict | list) and not _CREDENTIALS.search(str(err["input"])):
+            # (An address with user:password@ is never echoed: the password would land in logs and terminals.)
             msg = f"{msg} (got {err['input']!r})"
         out.append(f"{prefix}: {where}: {msg}")
     return out

@@ -245,25 +245,43 @@ def test_a_missing_secret_env_sends_nothing(cli: Cli, fleet_file: Path, bot: Bot
 
 def test_config_checks(cli: Cli, isolated: Path) -> None:
     with pytest.raises(ValueError, match="whsec_"):
-        BotConfig(url="http://x", secret="nope")
+        BotConfig(url="https://x", secret="nope")
     with pytest.raises(ValueError, match="exactly one"):
-        BotConfig(url="http://x")
+        BotConfig(url="https://x")
     with pytest.raises(ValueError, match="DROVER_"):
-        BotConfig(url="http://x", secret_env="TRIAGE_SECRET")
+        BotConfig(url="https://x", secret_env="TRIAGE_SECRET")
     with pytest.raises(ValueError, match="http:// or https://"):
         BotConfig(url="ftp://x", secret=SECRET)
-    made = BotConfig(url="http://x", secret=SECRET)
+    made = BotConfig(url="https://x", secret=SECRET)
     assert (made.retries, made.timeout) == (2, 15.0)
     with pytest.raises(ValueError, match="public = true"):
         WebhookConfig(listen="0.0.0.0:8789")
     assert WebhookConfig(listen="0.0.0.0:8789", public=True).tolerance == 300
     path = isolated / "bad.toml"
-    path.write_text('[bots.b]\nurl = "http://x"\nsecret = "whsec_short"\n', encoding="utf-8")
+    path.write_text('[bots.b]\nurl = "https://x"\nsecret = "whsec_short"\n', encoding="utf-8")
     res = cli("--fleet", str(path), "send", "bot:b", "hi")
     assert res.code == ExitCode.CONFIG and "whsec_" in res.err and len(res.err.strip().splitlines()) == 1
     path.write_text('[webhook]\nlisten = "0.0.0.0:8789"\n', encoding="utf-8")
     res = cli("--fleet", str(path), "webhook", "serve")
     assert res.code == ExitCode.CONFIG and "public = true" in res.err and "Traceback" not in res.err
+
+
+def test_a_url_in_clear_or_with_credentials_is_a_fleet_error(cli: Cli, isolated: Path) -> None:
+    path = isolated / "clear.toml"
+
+    def load(url: str, extra: str = "") -> CliResult:
+        path.write_text(f'[bots.b]\nurl = "{url}"\nsecret = "{SECRET}"\n{extra}', encoding="utf-8")
+        return cli("--fleet", str(path), "fleet", "show")
+
+    res = load("http://bots.example.com/hook")  # signed text in clear across a network
+    assert res.code == ExitCode.CONFIG and "insecure = true" in res.err and len(res.err.strip().splitlines()) == 1
+    for fine in ("https://bots.example.com/hook", "http://127.0.0.1:9/hook", "http://[::1]:9/h", "http://localhost/h"):
+        assert load(fine).code == ExitCode.OK, fine
+    assert load("http://bots.example.com/hook", "insecure = true\n").code == ExitCode.OK  # the fleet says so
+    for creds in ("http://user:hunter2@127.0.0.1/hook", "https://user:hunter2@bots.example.com/", "https://hunter2@x/"):
+        res = load(creds)
+        assert res.code == ExitCode.CONFIG and "credentials" in res.err, creds
+        assert "hunter2" not in res.err + res.out and "Traceback" not in res.err
 
 
 # -- the replies -----------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import hashlib
 import ipaddress
 import os
 import re
+import urllib.parse
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
@@ -32,10 +33,18 @@ class BotConfig(BaseModel):
     secret_env: str | None = None
     timeout: Seconds = Field(15.0, gt=0, le=3600)
     retries: int = Field(2, ge=0, le=20)
+    insecure: bool = False  # plain http to a non-loopback address: signed text in clear, only when the fleet says so
 
     @field_validator("url")
     @classmethod
     def _http(cls, value: str) -> str:
+        netloc = urllib.parse.urlsplit(value).netloc if re.match(r"^https?://", value) else ""
+        if "@" in netloc:
+            # Never echoed: what stands before the @ is a user name and often a password.
+            raise ValueError(
+                "a bot url must not hold credentials (user:password@): drover signs each request with the bot's "
+                "secret; remove them from [bots] url"
+            )
         if not re.match(r"^https?://[^\s/?#]+", value) or any(c.isspace() for c in value):
             raise ValueError(f"bot url {value!r} must be an http:// or https:// address with a host")
         return value
@@ -66,6 +75,16 @@ class BotConfig(BaseModel):
     def _one_secret(self) -> BotConfig:
         if (self.secret is None) == (self.secret_env is None):
             raise ValueError('give a bot exactly one of secret = "whsec_..." or secret_env = "VAR"')
+        return self
+
+    @model_validator(mode="after")
+    def _in_clear(self) -> BotConfig:
+        url = urllib.parse.urlsplit(self.url)
+        if url.scheme == "http" and not is_loopback(url.hostname or "") and not self.insecure:
+            raise ValueError(
+                f"bot url {self.url!r} is plain http to a non-loopback address (the signed text would go in clear): "
+                "use https://, or set insecure = true for that bot"
+            )
         return self
 
     def resolved_secret(self) -> str:
