@@ -19,6 +19,16 @@ PREFIX = "untrusted-data-"
 _WRAPPER_TAG = re.compile(r"<(?=[\s/\\]*untrusted[\s_-]*data)", re.IGNORECASE)
 
 
+# What a terminal or a reader takes for the end of a line, besides LF (CR and the others neutralise turns visible).
+_LINE_BREAKS = str.maketrans({"\u2028": "\n", "\u2029": "\n"})
+
+
+def display_lines(text: str) -> list[str]:
+    """A bot's reply as lines for a person's terminal: nothing in it moves the cursor or colours the screen, and
+    each line break is one the caller marks, so a reply cannot draw entries that look like someone else's."""
+    return neutralise(text).translate(_LINE_BREAKS).split("\n")
+
+
 def disarm(text: str) -> str:
     """The text with nothing that could end the wrapper or the envelope around it: a `\\` after each such `<`."""
     return _WRAPPER_TAG.sub("<\\\\", escape_tags(neutralise(text)))

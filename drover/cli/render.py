@@ -307,7 +307,9 @@ def messages_table(data: dict[str, Any]) -> None:
         out().print(f"no messages match (truth file: {data.get('truth_file')})", style="dim")
     for c in data.get("chats") or []:  # bots' replies: their words, shown as data
         stamp = (c.get("time") or "")[:19].replace("T", " ")
-        said = (c.get("text") or "").replace("\n", " ⏎ ")
+        from drover.bots.untrusted import display_lines  # only when a reply is shown (render loads for --help)
+
+        said = " ⏎ ".join(display_lines(c.get("text") or ""))
         out().print(
             Text.assemble(
                 (f"{stamp} {c.get('id')} ", "dim"),
@@ -486,6 +488,20 @@ def transcript(data: dict[str, Any]) -> None:
             continue
         who = e["role"] + (f" ({e['from']})" if e.get("from") else "")
         stamp = (e.get("time") or "")[:19].replace("T", " ")
+        if e.get("untrusted"):
+            # A bot's words, under a heading of their own: each line (and each wrap of one) in a marked, indented
+            # column, so no line of a reply can pass for an entry of someone else's.
+            from drover.bots.untrusted import display_lines
+
+            style = ROLE_STYLE.get(e["role"], "yellow")
+            out().print(Text.assemble((f"{stamp} ", "dim"), (f"{who} [untrusted]:", style)))
+            grid = Table.grid(padding=(0, 1))
+            grid.add_column(no_wrap=True, style=style)
+            grid.add_column(overflow="fold")
+            for line in display_lines(e.get("text", "")):
+                grid.add_row("  │", Text(line))
+            out().print(grid)
+            continue
         out().print(Text.assemble((f"{stamp} ", "dim"), (f"{who}: ", ROLE_STYLE.get(e["role"], "")), e.get("text", "")))
     shown = len(events)
     out().print(Text(f"{shown} of {data.get('matched', shown)} matching events · {data.get('path')}", style="dim"))
