@@ -71,7 +71,9 @@ async def bots_pass_on(ctx: Context, req: PassOnRequest) -> Result:
             f"no bot reply {req.chat!r} in {ctx.truth.path}", code=P.MESSAGE_NOT_FOUND, hint="`drover read bot:NAME` lists them"
         )
     wrapped = untrusted.wrap(chat["text"], f"bot:{chat['bot']} (reply {chat['id']} to {chat['in_reply_to']})")
-    text = f"{req.note.strip()}\n\n{wrapped}" if req.note and req.note.strip() else wrapped
+    # The note is the operator's, outside the wrapper, but disarmed as the reply is: it cannot close or forge it.
+    note = untrusted.disarm(req.note.strip()) if req.note else ""
+    text = f"{note}\n\n{wrapped}" if note else wrapped
     message = MessageRequest(host=req.host, id=req.id, text=text, actor=req.actor)
     result = await sessions_message(ctx, message, {"passes_on": chat["id"]})
     if isinstance(result.data, dict):
