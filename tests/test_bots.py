@@ -414,6 +414,41 @@ def test_forged_callbacks_are_refused_and_recorded(cli: Cli, fleet_file: Path, b
     assert [e["text"] for e in events if e["event"] == "chat"] == ["a real reply"]
 
 
+def test_refused_callbacks_are_recorded_within_a_bound(fleet_file: Path, listener: Listener) -> None:
+    from drover.fleet import load
+
+    fleet, truth = load(fleet_file)[0], TruthFile()
+    clock = [1000.0]
+    budget = callback.RefusalBudget(limit=3, window=60, clock=lambda: clock[0])
+    for _ in range(50):  # anyone can send these, as fast as they like
+        assert callback.receive(fleet, truth, "nobody", {}, b"x", budget=budget)[0] == 404
+        assert callback.receive(fleet, truth, "b", {}, b"x", budget=budget)[0] == 400
+        clock[0] += 0.1
+
+    def refused() -> list[dict[str, Any]]:
+        return [e for e in record(fleet_file.parent) if e["event"] == "callback_refused"]
+
+    assert [e["reason"] for e in refused()] == ["unknown_bot", "missing_headers"] * 3  # per reason, 3 a minute
+    clock[0] += 60  # the next window: one summary with the count, then that refusal itself
+    callback.receive(fleet, truth, "nobody", {}, b"x", budget=budget)
+    summary, again = refused()[-2:]
+    assert (summary["reason"], summary["suppressed"]) == ("unknown_bot", 47) and "47 more" in summary["detail"]
+    assert again["reason"] == "unknown_bot" and "suppressed" not in again
+    [held] = budget.flush()  # the listener stopping writes what it still holds back
+    assert (held["reason"], held["suppressed"]) == ("missing_headers", 47)
+    # A body too large is refused unread, and recorded like the others.
+    import socket
+
+    port = listener.server.server_address[1]
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(b"POST /drover/reply?bot=b HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n")
+        answer = sock.makefile("rb").readline()
+    assert b" 413 " in answer
+    wait_for(lambda: refused()[-1]["reason"] == "too_large", what="the too-large refusal recorded")
+    big = refused()[-1]
+    assert big["bot"] == "b" and big["body_chars"] == 99999999 and big["excerpt"] == ""
+
+
 def test_webhook_serve_listens_and_records(cli: Cli, fleet_file: Path, bot: Bot, isolated: Path) -> None:
     """The command itself, in the foreground of a process of its own, as a person runs it."""
     import os

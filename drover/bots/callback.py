@@ -135,7 +135,65 @@ def _sent_to(truth: TruthFile, msg_id: str, bot: str) -> bool:
     return not unsent or m.uncertain
 
 
-def _refused_event(bot: str | None, headers: dict[str, str], raw: bytes, exc: Refused, remote: str) -> dict[str, Any]:
+class RefusalBudget:
+    """At most `limit` refusals of one reason recorded per `window` seconds; the rest of that window are counted
+    and recorded as one summary (a `callback_refused` with `suppressed`: the count) when the reason's next window
+    opens, or the listener stops.  Anyone can send refusals: without this the record grows as fast as they send."""
+
+    def __init__(self, limit: int = 20, window: float = 60.0, clock: Callable[[], float] = time.time) -> None:
+        self.limit, self.window, self.clock = limit, window, clock
+        self._lock = threading.Lock()
+        self._open: dict[str, tuple[float, int, int]] = {}  # reason -> (window start, recorded, suppressed)
+
+    def _summary(self, reason: str, start: float, suppressed: int) -> dict[str, Any]:
+        ts = self.clock()
+        return {
+            "v": VERSION,
+            "event": "callback_refused",
+            "time": now_iso(ts),
+            "ts": ts,
+            "reason": reason,
+            "suppressed": suppressed,
+            "detail": f"{suppressed} more {reason} refusals from {now_iso(start)} not recorded one by one "
+            f"(at most {self.limit} per {self.window:g}s are)",
+        }
+
+    def admit(self, reason: str) -> tuple[bool, list[dict[str, Any]]]:
+        """(record this refusal?, summaries now due)"""
+        now = self.clock()
+        with self._lock:
+            start, recorded, suppressed = self._open.get(reason, (now, 0, 0))
+            due = []
+            if now - start >= self.window:
+                if suppressed:
+                    due.append(self._summary(reason, start, suppressed))
+                start, recorded, suppressed = now, 0, 0
+            keep = recorded < self.limit
+            self._open[reason] = (start, recorded + keep, suppressed + (not keep))
+            return keep, due
+
+    def flush(self) -> list[dict[str, Any]]:
+        with self._lock:
+            due = [self._summary(r, start, n) for r, (start, _rec, n) in self._open.items() if n]
+            self._open.clear()
+            return due
+
+
+DEFAULT_BUDGET = RefusalBudget()
+
+
+def record_refusal(truth: TruthFile, budget: RefusalBudget, event: dict[str, Any]) -> None:
+    keep, due = budget.admit(str(event["reason"]))
+    for ev in [*due, *([event] if keep else [])]:
+        try:
+            truth.append(ev)
+        except Exception:  # noqa: BLE001 - the answer stays a refusal whatever the record could take
+            pass
+
+
+def _refused_event(
+    bot: str | None, headers: dict[str, str], raw: bytes, exc: Refused, remote: str, size: int | None = None
+) -> dict[str, Any]:
     ts = time.time()
     return {
         "v": VERSION,
@@ -147,13 +205,19 @@ def _refused_event(bot: str | None, headers: dict[str, str], raw: bytes, exc: Re
         "detail": exc.detail,
         "webhook_id": _short(headers.get("webhook-id", ""), 100) or None,
         "remote": remote,
-        "body_chars": len(raw),
+        "body_chars": len(raw) if size is None else size,
         "excerpt": _short(raw[: EXCERPT * 4].decode("utf-8", "replace")),
     }
 
 
 def receive(
-    fleet: Fleet, truth: TruthFile, bot: str | None, headers: dict[str, str], raw: bytes, remote: str = ""
+    fleet: Fleet,
+    truth: TruthFile,
+    bot: str | None,
+    headers: dict[str, str],
+    raw: bytes,
+    remote: str = "",
+    budget: RefusalBudget = DEFAULT_BUDGET,
 ) -> tuple[int, dict[str, Any]]:
     """Decide and record one callback: (HTTP status, the JSON answer).  Never raises for what the caller sent."""
     headers = {k.lower(): v for k, v in headers.items()}
@@ -184,16 +248,15 @@ def receive(
             raise Refused(409, "replayed", f"webhook-id {_short(wid, 100)!r} was accepted already, as {stands.get('id')}")
         return 200, {"ok": True, "id": chat["id"]}
     except Refused as exc:
-        try:
-            truth.append(_refused_event(bot, headers, raw, exc, remote))
-        except Exception:  # noqa: BLE001 - the answer stays a refusal whatever the record could take
-            pass
+        record_refusal(truth, budget, _refused_event(bot, headers, raw, exc, remote))
         return exc.status, {"ok": False, "reason": exc.reason, "detail": exc.detail}
 
 
 def make_server(
-    fleet: Fleet, truth: TruthFile, addr: str, port: int, log: Callable[[str], None]
+    fleet: Fleet, truth: TruthFile, addr: str, port: int, log: Callable[[str], None], budget: RefusalBudget | None = None
 ) -> http.server.ThreadingHTTPServer:
+    refusals = budget or RefusalBudget()
+
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = "drover-webhook"
         sys_version = ""
@@ -217,15 +280,17 @@ def make_server(
                 size = int(self.headers.get("content-length") or "-1")
             except ValueError:
                 size = -1
-            if not 0 <= size <= MAX_BODY:
-                self._answer(
-                    413, {"ok": False, "reason": "too_large", "detail": f"a content-length up to {MAX_BODY} is required"}
-                )
-                return
-            raw = self.rfile.read(size)
             names = urllib.parse.parse_qs(url.query).get("bot") or []
             bot = names[0] if len(names) == 1 else None
-            status, doc = receive(fleet, truth, bot, dict(self.headers.items()), raw, self.client_address[0])
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            if not 0 <= size <= MAX_BODY:
+                exc = Refused(413, "too_large", f"a content-length up to {MAX_BODY} is required")
+                # Recorded as any refusal, bounded: the body is not read, so the excerpt is empty.
+                record_refusal(truth, refusals, _refused_event(bot, headers, b"", exc, self.client_address[0], size))
+                self._answer(exc.status, {"ok": False, "reason": exc.reason, "detail": exc.detail})
+                return
+            raw = self.rfile.read(size)
+            status, doc = receive(fleet, truth, bot, headers, raw, self.client_address[0], refusals)
             self._answer(status, doc)
 
         def do_GET(self) -> None:
@@ -236,6 +301,7 @@ def make_server(
 
     server = http.server.ThreadingHTTPServer((addr, port), Handler)
     server.daemon_threads = True
+    server.refusals = refusals  # type: ignore[attr-defined]  # serve writes what it holds back when it stops
     return server
 
 
@@ -257,3 +323,8 @@ def serve(fleet: Fleet, truth: TruthFile, addr: str, port: int, stream: IO[str],
         server.serve_forever(poll_interval=0.5)
     finally:
         server.server_close()
+        for ev in server.refusals.flush():  # type: ignore[attr-defined]
+            try:
+                truth.append(ev)
+            except Exception:  # noqa: BLE001 - stopping: what cannot be written is the count only
+                pass
