@@ -60,6 +60,28 @@ def parse(value: str, fleet: Fleet) -> Target:
     return Target(LOCAL, value, False)
 
 
+class NotASession(UsageError):
+    code = P.USAGE_ERROR
+
+
+def not_a_session(kind: str, name: str, command: str) -> NotASession:
+    return NotASession(
+        f"{command} does not apply to {kind}:{name}: {'an' if kind[0] in 'aeiou' else 'a'} {kind} is a receiver, not a session",
+        hint=f"`drover send {kind}:{name} TEXT` reaches it"
+        + (f", `drover read {kind}:{name}` shows its replies" if kind == "bot" else "")
+        + "; name a session as HOST:ID",
+    )
+
+
+def parse_session(value: str, fleet: Fleet, command: str) -> Target:
+    """As `parse`, for a command that needs a session (status, wait, nudge, handoff): `bot:`/`adapter:` is a usage
+    error saying so (exit 2), not an unknown host."""
+    t = parse(value, fleet)
+    if t.host in ENDPOINT_KINDS:
+        raise not_a_session(t.host, t.id, command)
+    return t
+
+
 # How an identity begins (drover/remote/discovery.py `identity`): `claude:ID`, `codex:ID`, `tmux:SERVER/%N@PID`.
 IDENTITY_KINDS = ("claude", "codex", "tmux")
 

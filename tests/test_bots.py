@@ -549,6 +549,26 @@ def test_a_reply_passed_on_to_a_session_stays_inside_its_wrapper(
     assert missing.code == ExitCode.TARGET and "no bot reply" in missing.err
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status", "bot:b"),
+        ("wait", "bot:b"),
+        ("wait", "local:x", "adapter:z", "--any"),
+        ("nudge", "bot:b", "hi"),
+        ("handoff", "bot:b", "local:x"),
+        ("handoff", "local:x", "bot:b"),
+        ("spawn", "bot", "--engine", "claude", "--cwd", "/tmp", "--brief", "hi"),
+        ("spawn", "adapter:z", "--engine", "claude", "--cwd", "/tmp", "--brief", "hi"),
+    ],
+)
+def test_a_session_command_says_a_bot_is_not_a_session(cli: Cli, fleet_file: Path, args: tuple[str, ...]) -> None:
+    res = cli(*args)
+    assert res.code == ExitCode.USAGE, res.err
+    assert f"{args[0]} does not apply to" in res.err and "is a receiver, not a session" in res.err
+    assert "unknown host" not in res.err and len(res.err.strip().splitlines()) == 1
+
+
 def test_fleet_show_never_prints_a_secret(cli: Cli, fleet_file: Path) -> None:
     res = cli("fleet", "show", "--json")
     assert res.code == 0

@@ -195,6 +195,13 @@ def target(value: str) -> Target:
     return targets.parse(value, context().fleet)
 
 
+def session_target(value: str, command: str) -> Target:
+    """As `target`, for a command that needs a session: `bot:NAME` / `adapter:NAME` is a usage error saying so."""
+    from drover import targets
+
+    return targets.parse_session(value, context().fleet, command)
+
+
 def recorded_target(value: str) -> Target:
     """HOST:ID for a query of the record: as `target`, and an identity (`claude:ID`) alone names it on any host."""
     from drover import targets

@@ -30,6 +30,7 @@ from drover.cli.app import (
     read_text,
     recorded_target,
     run,
+    session_target,
 )
 from drover.cli.app import target as parse_target
 from drover.cli.completion import complete_engines, complete_hosts, complete_op, complete_target
@@ -73,7 +74,7 @@ def status(
 ) -> None:
     """Alive, and doing what? The session's state with its evidence."""
     common(fleet, actor, debug, timeout)
-    t = parse_target(target)
+    t = session_target(target, "status")
     doc = run("sessions.status", {"host": t.host, "id": t.id, "tail": tail})
     finish(doc, as_json, render.status)
 
@@ -171,7 +172,7 @@ def wait(
     common(fleet, actor, debug)
     mode = events_cmds.check_mode(any_, all_, targets)
     if mode is None and until in ("idle", "exited") and stall_after is None:
-        t = parse_target(targets[0])
+        t = session_target(targets[0], "wait")
         doc = run("sessions.wait", {"host": t.host, "id": t.id, "until": until, "timeout_s": timeout})
         finish(doc, as_json, render.waited)
     events_cmds.wait_many(targets, until, mode or "any", timeout, as_json, stall_after)

@@ -9,8 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from drover.cli import render
-from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, app, common, examples, finish, run
-from drover.cli.app import target as parse_target
+from drover.cli.app import ActorOpt, DebugOpt, FleetOpt, JsonOpt, TimeoutOpt, app, common, examples, finish, run, session_target
 from drover.cli.commands import TargetArg
 from drover.errors import UsageError
 from drover.remote import protocol as P
@@ -78,7 +77,7 @@ def handoff(
     A message is never redirected while the session it names is live.
     """
     common(fleet, actor, debug, timeout)
-    o = parse_target(old)
+    o = session_target(old, "handoff")
     if show:
         if new is not None:
             raise UsageError("--show takes one session: drover handoff --show HOST:ID")
@@ -86,7 +85,7 @@ def handoff(
     if new is None:
         raise UsageError("name the successor: drover handoff HOST:OLD HOST:NEW (or --show HOST:OLD to see a chain)")
     # NEW without a host is on OLD's host (a bare "ocean-2" must not mean the local host when OLD is remote).
-    n = parse_target(new)
+    n = session_target(new, "handoff")
     to_host = n.host if n.named_host else o.host
     payload = {"host": o.host, "id": o.id, "to_host": to_host, "to": n.id, "note": note, "actor": actor}
     finish(run("sessions.handoff", payload), as_json, _recorded)

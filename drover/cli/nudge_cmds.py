@@ -21,8 +21,8 @@ from drover.cli.app import (
     examples,
     read_text,
     run,
+    session_target,
 )
-from drover.cli.app import target as parse_target
 from drover.cli.completion import complete_engines, complete_nudge_target
 from drover.errors import UsageError
 
@@ -96,7 +96,7 @@ def nudge(
         raise UsageError("no text to send", hint="drover nudge HOST:ID TEXT (or - for stdin); drover nudge run for the schedule")
     if dry_run or entry:
         raise UsageError("--dry-run and --entry go with drover nudge run", hint="drover nudge run --dry-run")
-    t = parse_target(target)
+    t = session_target(target, "nudge")
     payload = {"host": t.host, "id": t.id, "text": read_text(text), "via": via}
     if create_if_missing:
         payload.update(create_if_missing=True, engine=engine, cwd=cwd, name=name)

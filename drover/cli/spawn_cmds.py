@@ -83,6 +83,12 @@ def spawn(
     --resume NAME starts a new holder for a headless session whose holder or claude is gone (docs/lanes.md).
     """
     common(fleet, actor, debug, timeout)
+    from drover.fleet import ENDPOINT_KINDS
+    from drover.targets import not_a_session
+
+    kind, sep, rest = host.partition(":")
+    if kind in ENDPOINT_KINDS:  # `spawn bot`, `spawn bot:x`: a receiver, never a host to start a session on
+        raise not_a_session(kind, rest if sep else "NAME", "spawn")
     if resume and not headless:
         raise UsageError("--resume is for headless sessions", hint="drover spawn HOST --engine claude --headless --resume NAME")
     if not resume and (cwd is None or brief is None):

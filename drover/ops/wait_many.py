@@ -27,7 +27,7 @@ from drover.ops.hosts import call_host, fan_out_each
 from drover.ops.live_state import own_record
 from drover.remote import protocol as P
 from drover.session_state import pulled
-from drover.targets import parse
+from drover.targets import parse_session
 
 STALL_AFTER_S = 600.0  # until=stalled: how long working without a new transcript entry is a stall, by default
 RECORD_LOOK_S = 0.2  # how often the record's size is looked at (a stat); it is read only when it grew
@@ -195,7 +195,7 @@ async def _resolve_past_the_gone(
 async def sessions_wait_many(ctx: Context, req: WaitManyRequest) -> Result:
     if req.stall_after_s is not None and req.until != "stalled":
         raise InvalidRequest("stall_after_s means nothing without until=stalled", hint="add --until stalled")
-    parsed = [parse(t, ctx.fleet) for t in req.targets]
+    parsed = [parse_session(t, ctx.fleet, "wait") for t in req.targets]
     seen: dict[tuple[str, str], str] = {}
     for text, t in zip(req.targets, parsed, strict=True):
         if (t.host, t.id) in seen:
