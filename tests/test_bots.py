@@ -389,9 +389,14 @@ def test_forged_callbacks_are_refused_and_recorded(cli: Cli, fleet_file: Path, b
         ("missing_headers", good, {"content-type": "application/json"}, 400),
         ("bad_webhook_id", good, signed(good, wid='cb"quoted'), 400),  # the replay check reads ids as written
     ]
+    details = []
     for reason, body, headers, expected in cases:
         status, answer = post(url, body, headers)
         assert (status, answer["reason"]) == (expected, reason), (reason, answer)
+        details.append(answer["detail"])
+    old_detail, new_detail = details[2], details[3]  # 400 s either way: the detail says which way
+    assert "s in the past" in old_detail and int(old_detail.split("is ")[1].split("s ")[0]) in range(399, 700)
+    assert "s in the future" in new_detail and int(new_detail.split("is ")[1].split("s ")[0]) in range(300, 401)
     status, _ = post(listener.url + "?bot=nobody", good, signed(good, wid="cb_nobody"))
     assert status == 404
     first = signed(good, wid="cb_real")

@@ -106,9 +106,9 @@ def _verify(fleet: Fleet, bot: str | None, headers: dict[str, str], raw: bytes, 
         raise Refused(401, "bad_signature", f"no webhook-signature matches the body with bot {bot}'s secret")
     tolerance = fleet.webhook.tolerance
     if abs(now - int(stamp)) > tolerance:
-        raise Refused(
-            400, "stale_timestamp", f"webhook-timestamp is {now - int(stamp):+.0f}s from now (tolerance {tolerance:g}s)"
-        )
+        ahead = int(stamp) - now  # negative: in the past
+        when = f"{-ahead:.0f}s in the past" if ahead < 0 else f"{ahead:.0f}s in the future"
+        raise Refused(400, "stale_timestamp", f"webhook-timestamp is {when} (tolerance {tolerance:g}s)")
     try:
         reply = json.loads(body)
     except ValueError:
