@@ -212,7 +212,7 @@ def test_a_retry_runs_it_again_under_the_same_id(cli: Cli, isolated: Path, monke
     assert [e["outcome"] for e in truth_outcomes(isolated / "home", msg_id)] == ["failed", "delivered"]
     # Delivered and verified by the adapter's own word: a second retry runs nothing.
     done = cli("retry", msg_id, "--json")
-    assert done.code == 0 and "nothing to do" in done.json()["data"]["detail"]
+    assert done.code == 0 and done.json()["data"]["detail"] == "the adapter's exit 0 (recorded) says it arrived: nothing to do"
     assert len(Path(f"{out}.runs").read_text().splitlines()) == 2
 
 

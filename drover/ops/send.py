@@ -420,7 +420,11 @@ async def messages_retry(ctx: Context, req: RetryRequest) -> Result:
 async def _retry(ctx: Context, m: Message, base: dict[str, Any]) -> Result:
     if m.outcome in (P.DELIVERED, P.QUEUED) and m.verified:
         done = Outcome.of({"outcome": m.outcome, "lane": m.lane, "verified": True})
-        done.detail = "already in the receiver's record: nothing to do"
+        done.detail = {
+            # No record of a bot's or an adapter's to look in: what says it arrived is its own answer, recorded.
+            "bot": "the bot's own 2xx answer (recorded) says it arrived: nothing to do",
+            "adapter": "the adapter's exit 0 (recorded) says it arrived: nothing to do",
+        }.get(m.host, "already in the receiver's record: nothing to do")
         return _result(ctx, m.id, base, done, m.host, record=False)
     if m.code in POLICY_REFUSALS:
         why = f"drover's own limits refused it ({m.code}): send it again with `drover send` if you mean it"
