@@ -580,7 +580,7 @@ def test_fleet_show_never_prints_a_secret(cli: Cli, fleet_file: Path) -> None:
     assert res.code == 0
     assert SECRET not in res.out and SECRET[6:] not in res.out
     assert res.json()["data"]["fleet"]["bots"]["b"]["secret"] == "whsec_(hidden)"
-    assert SECRET not in repr(Fleet.model_validate({"bots": {"b": {"url": "http://x", "secret": SECRET}}}))
+    assert SECRET not in repr(Fleet.model_validate({"bots": {"b": {"url": "https://x", "secret": SECRET}}}))
 
 
 def test_a_send_through_the_persistent_daemon_signs_with_the_callers_secret(
