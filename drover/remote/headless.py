@@ -8,7 +8,8 @@ not the holder's own.
 
 The lane `headless`: a user line with a uuid derived from drover's message id, so a retry names the same line
 and the holder, finding it in the stream, does not write it again.  Delivered and verified = the stream's own
-acknowledgement of that uuid (`command_lifecycle`, or the `isReplay` echo).
+acknowledgement of that uuid (`command_lifecycle` started/completed, or the `isReplay` echo); `queued` alone is
+P.QUEUED, unverified (claude's queue is in its memory).
 
 Stdlib only and Python 3.6+: shipped to every host inside the helper bundle.
 """
@@ -230,10 +231,15 @@ def deliver(session: Session, payload: str, args: Dict[str, Any]) -> Dict[str, A
         return dict(base, outcome=P.FAILED, code=code, detail=detail)
     fault("after_headless_send")
     ack = answer.get("ack")
-    out = dict(base, outcome=P.DELIVERED, enveloped=True, verified=bool(ack))
-    out["verification"] = (
-        "the session's stream acknowledged %s (%s)" % (uid, ack) if ack else "written to the session; no acknowledgement yet"
-    )
+    if ack == "queued":
+        # In claude's in-memory queue only: lost if it dies before the turn runs it, so not yet verified.
+        out = dict(base, outcome=P.QUEUED, enveloped=True, verified=False)
+        out["verification"] = "queued in the session (%s), not started yet: `drover verify` confirms it once it runs" % uid
+    else:
+        out = dict(base, outcome=P.DELIVERED, enveloped=True, verified=bool(ack))
+        out["verification"] = (
+            "the session's stream acknowledged %s (%s)" % (uid, ack) if ack else "written to the session; no acknowledgement yet"
+        )
     if answer.get("already"):
         out["detail"] = "already in the session's stream (%s): not written again" % uid
     elif ack == "steered":
@@ -243,15 +249,49 @@ def deliver(session: Session, payload: str, args: Dict[str, Any]) -> Dict[str, A
     return out
 
 
+# What proves a line reached the session: claude took it into a turn (`started`/`completed`) or echoed it
+# (`replayed`), or Codex's server accepted it (`started`/`steered`).  `queued` is not: it sits in claude's memory
+# and dies with it.
+ARRIVED = ("started", "completed", "replayed", "steered")
+
+
+def acks(path: str, uid: str) -> List[str]:
+    """The stream's own acknowledgements of `uid`, oldest first: only the events that name it in their own
+    field, never a line whose text merely quotes it (a message may quote another's uuid)."""
+    out = []  # type: List[str]
+    needle = uid.encode()
+    with open(path, "rb") as f:
+        for raw in f:
+            if needle not in raw:
+                continue  # cheap: most lines are not about it
+            try:
+                ev = json.loads(raw.decode("utf-8", "replace"))
+            except ValueError:
+                continue
+            if not isinstance(ev, dict):
+                continue
+            kind = ev.get("type")
+            if kind == "command_lifecycle" and ev.get("command_uuid") == uid:
+                out.append(str(ev.get("state")))
+            elif kind == "user" and ev.get("isReplay") and ev.get("uuid") == uid:
+                out.append("replayed")
+            elif kind == "drover_sent" and ev.get("uuid") == uid:  # the Codex holder's own record of its answer
+                out.append(str(ev.get("ack")))
+    return out
+
+
 def seen(session: Session, args: Dict[str, Any]) -> Dict[str, Any]:
-    """verify: is drover's message in the stream (its uuid acknowledged)?"""
+    """verify: did drover's message reach the session (the stream's own event for its uuid says it ran)?"""
     uid = line_uuid(str(args.get("msg_id") or ""))
     path = os.path.join(session["_headless"], "stream.jsonl")
     try:
-        with open(path, "rb") as f:
-            for raw in f:
-                if uid.encode() in raw:
-                    return {"found": True, "how": "the session's stream acknowledged %s" % uid}
+        states = acks(path, uid)
     except OSError as exc:
         return {"found": None, "how": "the stream %s cannot be read: %s" % (path, exc.strerror)}
+    arrived = [s for s in states if s in ARRIVED]
+    if arrived:
+        return {"found": True, "how": "the session's stream acknowledged %s (%s)" % (uid, arrived[-1])}
+    if states:
+        how = "the stream shows %s only %s, never started: it may still run, or be lost with its claude"
+        return {"found": False, "how": how % (uid, "/".join(states))}
     return {"found": False, "how": "no acknowledgement of %s in %s" % (uid, path)}

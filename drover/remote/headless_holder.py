@@ -37,6 +37,8 @@ LINGER_S = 600.0  # how long a holder whose claude ended stays to answer with th
 # Background tasks and scheduled wake-ups would start turns nobody sent (headless.md): off.
 QUIET_ENV = {"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1", "CLAUDE_CODE_DISABLE_CRON": "1"}
 ACK_STATES = ("queued", "started", "completed", "cancelled", "replayed")
+# The states that prove a line reached claude's conversation (`queued` is only its memory: lost if it dies).
+ARRIVED = ("started", "completed", "replayed")
 
 
 def user_line(text: str, uuid: str) -> str:
@@ -80,6 +82,9 @@ class Holder:
                     self._note(raw, replaying=True)
         except OSError:
             pass
+        # Queued by an earlier claude and never started: it died with that claude's memory, so a retry sends it.
+        for uid in [u for u, state in self.seen.items() if state == "queued"]:
+            del self.seen[uid]
 
     def _note(self, raw: bytes, replaying: bool = False) -> None:
         try:
@@ -91,7 +96,8 @@ class Holder:
         kind = ev.get("type")
         if kind == "command_lifecycle" and isinstance(ev.get("command_uuid"), str):
             uid, state = ev["command_uuid"], str(ev.get("state"))
-            self.seen[uid] = state
+            if not (state == "queued" and self.seen.get(uid) in ARRIVED):  # never back from arrived to queued
+                self.seen[uid] = state
             if not replaying:
                 self.queued.discard(uid)
                 if state == "queued":
@@ -101,7 +107,8 @@ class Holder:
                 else:
                     self.active.discard(uid)
         elif kind == "user" and ev.get("isReplay") and isinstance(ev.get("uuid"), str):
-            self.seen.setdefault(ev["uuid"], "replayed")
+            if self.seen.get(ev["uuid"]) not in ARRIVED:
+                self.seen[ev["uuid"]] = "replayed"
         elif kind == "result" and not replaying:
             self.turns += 1
         if not replaying:
@@ -179,9 +186,14 @@ class Holder:
                 return {"ok": False, "code": "engine_exited", "detail": "%s's stdin is closed (%s)" % (self.engine, exc)}
             self.written.add(uid)
             deadline = time.monotonic() + float(req.get("wait_s") or 10.0)
-            while uid not in self.seen and self.exit is None and time.monotonic() < deadline:
+            # Idle: wait for the turn to take it (`started`); busy: its place in the queue is the answer to give.
+            while self.exit is None and time.monotonic() < deadline and not self._answered(uid, busy):
                 self.cond.wait(deadline - time.monotonic())
             return {"ok": True, "ack": self.seen.get(uid), "busy": busy, "already": False}
+
+    def _answered(self, uid: str, busy: bool) -> bool:
+        state = self.seen.get(uid)
+        return state in ARRIVED or state == "cancelled" or (busy and state == "queued")
 
     def quit(self) -> None:
         try:

@@ -1,0 +1,123 @@
+"""What a stranger found in headless sessions (docs/lanes.md), each shown on drover's real holder
+(drover/remote/headless_holder.py) running a stand-in engine (tests/support/fake_stream_engine.py) that emits
+Claude Code's stream events: a quoted uuid is no acknowledgement, `queued` alone is not verified, a line lost with
+its claude's memory is sent again by the next holder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drover.remote import headless
+from drover.remote import protocol as P
+from tests.conftest import wait_for
+
+HOLDER = Path(headless.__file__).with_name("headless_holder.py")
+ENGINE = Path(__file__).resolve().parent / "support" / "fake_stream_engine.py"
+
+
+@pytest.fixture
+def folder() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="drhh-"))  # short: a unix socket path is at most 108 bytes
+    os.chmod(path, 0o700)
+    yield path
+    info = headless._json(str(path / "holder.json")) or {}
+    for pid in (info.get("pid"), info.get("child_pid")):
+        if pid is not None and headless._alive(pid):
+            os.kill(int(pid), signal.SIGKILL)
+    subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+def start_holder(folder: Path, mode: str, procs: list[subprocess.Popen[bytes]]) -> dict[str, Any]:
+    spec = {"argv": [sys.executable, str(ENGINE), mode], "cwd": str(folder), "session_id": "s-1", "name": "x"}
+    (folder / "spec.json").write_text(json.dumps(spec))
+    (folder / "holder.json").unlink(missing_ok=True)
+    (folder / "exit.json").unlink(missing_ok=True)
+    procs.append(subprocess.Popen([sys.executable, str(HOLDER), str(folder)], stdin=subprocess.DEVNULL))
+    info: dict[str, Any] = wait_for(
+        lambda: (folder / "sock").exists() and headless._json(str(folder / "holder.json")), what="the holder's socket"
+    )
+    assert info["pid"] == procs[-1].pid
+    return info
+
+
+def session(folder: Path) -> dict[str, Any]:
+    return {"_headless": str(folder), "engine": "claude", "name": "x"}
+
+
+def write_stream(folder: Path, events: list[dict[str, Any]]) -> None:
+    (folder / "stream.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+def test_a_message_quoting_another_messages_uuid_does_not_verify_that_one(folder: Path) -> None:
+    theirs = headless.line_uuid("msg_other")
+    mine = headless.line_uuid("msg_quoting")
+    quoting = {"role": "user", "content": f"did {theirs} arrive?"}
+    write_stream(
+        folder,
+        [
+            {"type": "command_lifecycle", "command_uuid": mine, "state": "started"},
+            {"type": "user", "isReplay": True, "uuid": mine, "message": quoting},
+            {"type": "assistant", "message": {"content": [{"type": "text", "text": f"I see {theirs}"}]}},
+            {"type": "drover_sent", "uuid": mine, "ack": "started", "text": theirs},
+        ],
+    )
+    assert headless.seen(session(folder), {"msg_id": "msg_other"})["found"] is False
+    assert headless.seen(session(folder), {"msg_id": "msg_quoting"})["found"] is True
+    # Codex's marker: only its own uuid field counts.
+    write_stream(folder, [{"type": "drover_sent", "uuid": theirs, "ack": "steered"}])
+    assert headless.seen(session(folder), {"msg_id": "msg_other"})["found"] is True
+
+
+def test_queued_alone_is_not_verified_but_started_is(folder: Path) -> None:
+    uid = headless.line_uuid("msg_q")
+    write_stream(folder, [{"type": "command_lifecycle", "command_uuid": uid, "state": "queued"}])
+    got = headless.seen(session(folder), {"msg_id": "msg_q"})
+    assert got["found"] is False and "queued" in got["how"], got
+    write_stream(
+        folder,
+        [
+            {"type": "command_lifecycle", "command_uuid": uid, "state": "queued"},
+            {"type": "command_lifecycle", "command_uuid": uid, "state": "started"},
+        ],
+    )
+    assert headless.seen(session(folder), {"msg_id": "msg_q"})["found"] is True
+
+
+def test_a_send_taken_while_busy_is_queued_unverified_and_a_lost_one_is_sent_again(folder: Path) -> None:
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        first = start_holder(folder, "queue", procs)
+        wait_for(lambda: headless.ask(str(folder), {"op": "state"})["busy"], what="the stand-in's endless turn")
+        got = headless.deliver(session(folder), "hello", {"msg_id": "msg_lost"})
+        # The stand-in never starts it (a busy claude's queue): after the holder's wait, queued and unverified.
+        assert (got["outcome"], got["verified"]) == (P.QUEUED, False), got
+        assert headless.seen(session(folder), {"msg_id": "msg_lost"})["found"] is False
+        # claude dies before its turn runs it; the holder is gone too.
+        os.kill(first["child_pid"], signal.SIGKILL)
+        os.kill(first["pid"], signal.SIGKILL)
+        procs[-1].wait(timeout=60)
+        # The next holder (a resume) finds it queued, never started: it writes it once more.
+        start_holder(folder, "run", procs)
+        again = headless.deliver(session(folder), "hello", {"msg_id": "msg_lost"})
+        assert (again["outcome"], again["verified"], again.get("detail")) == (P.DELIVERED, True, None), again
+        uid = headless.line_uuid("msg_lost")
+        assert headless.acks(str(folder / "stream.jsonl"), uid).count("started") == 1
+        # ... and once only: a third send of it is "already", not written again.
+        third = headless.deliver(session(folder), "hello", {"msg_id": "msg_lost"})
+        assert "already" in third.get("detail", ""), third
+        assert headless.acks(str(folder / "stream.jsonl"), uid).count("queued") == 2
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
