@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from drover.remote import headless
+from drover.remote import headless, headless_spawn
 from drover.remote import protocol as P
+from drover.remote.protocol import HelperError
 from tests.conftest import wait_for
 
 HOLDER = Path(headless.__file__).with_name("headless_holder.py")
@@ -121,3 +122,59 @@ def test_a_send_taken_while_busy_is_queued_unverified_and_a_lost_one_is_sent_aga
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+@pytest.fixture
+def home_folder(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A session folder where spawn looks for it: under a short drover home of this test's own."""
+    home = Path(tempfile.mkdtemp(prefix="drhh-"))
+    monkeypatch.setenv("DROVER_HOME", str(home))
+    path = Path(headless.root()) / "x"
+    path.mkdir(parents=True, mode=0o700)
+    os.chmod(path.parent, 0o700)
+    yield path
+    info = headless._json(str(path / "holder.json")) or {}
+    for pid in (info.get("pid"), info.get("child_pid")):
+        if pid is not None and headless._alive(pid):
+            os.kill(int(pid), signal.SIGKILL)
+    subprocess.run(["rm", "-rf", str(home)], check=False)
+
+
+def test_a_holder_killed_mid_turn_is_not_exited_while_claude_runs_and_resume_waits(home_folder: Path) -> None:
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        info = start_holder(home_folder, "queue", procs)
+        wait_for(lambda: headless.ask(str(home_folder), {"op": "state"})["busy"], what="the stand-in's endless turn")
+        os.kill(info["pid"], signal.SIGKILL)
+        procs[-1].wait(timeout=60)
+        warnings: list[str] = []
+        mid = headless.session_at(str(home_folder), warnings)
+        assert mid is not None and (mid["state"], mid["dead"]) == ("unknown", False), mid
+        assert str(info["child_pid"]) in mid["reason"], mid
+        with pytest.raises(HelperError) as refused:
+            headless_spawn.spawn({"resume": "x"}, {})
+        assert refused.value.code == P.NAME_TAKEN and "still runs" in refused.value.message, refused.value.message
+        assert not (home_folder / "sock").exists() or headless._json(str(home_folder / "holder.json")) == info
+        # Once claude has ended, it is exited.
+        os.kill(info["child_pid"], signal.SIGKILL)
+        wait_for(lambda: not headless._alive(info["child_pid"]), what="the stand-in gone")
+        gone = headless.session_at(str(home_folder), warnings)
+        assert gone is not None and (gone["state"], gone["dead"]) == ("gone", True), gone
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_a_second_resume_while_one_is_under_way_is_refused(home_folder: Path) -> None:
+    spec = {"argv": ["true"], "cwd": str(home_folder), "session_id": "s-1", "name": "x", "engine": "claude"}
+    (home_folder / "spec.json").write_text(json.dumps(spec))
+    first = headless_spawn._lock(str(home_folder), "x")  # the first resume, still starting its holder
+    try:
+        with pytest.raises(HelperError) as refused:
+            headless_spawn.spawn({"resume": "x"}, {})
+        assert refused.value.code == P.NAME_TAKEN and "under way" in refused.value.message, refused.value.message
+        assert not (home_folder / "holder.py").exists()  # nothing was started
+    finally:
+        first.close()

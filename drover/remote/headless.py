@@ -186,6 +186,11 @@ def session_at(folder: str, warnings: List[str]) -> Optional[Session]:
         out["reason"] = "its stream says a turn runs" if busy else "its stream says no turn runs"
         return out
     exit_info = (state or {}).get("exit") or exited
+    if not exit_info and _alive(holder.get("child_pid")):
+        # Its holder was killed mid-turn: claude ends only at EOF when idle, so it may run on (and write) a while.
+        why = "its holder (pid %s) is gone but %s (pid %s) still runs: it ends once its turn does; --resume waits for that"
+        out.update(state="unknown", reason=why % (holder.get("pid"), engine, holder.get("child_pid")))
+        return out
     if exit_info:
         out.update(state="gone", reason="%s exited (%s)" % (engine, _exit_words(exit_info)), exit=exit_info)
     else:

@@ -6,6 +6,7 @@ The real claude is used by tests/test_headless.py."""
 
 import json
 import sys
+import time
 
 
 def main() -> None:
@@ -30,6 +31,8 @@ def main() -> None:
         for ev in events:
             sys.stdout.write(json.dumps(ev) + "\n")
         sys.stdout.flush()
+    if mode == "queue":  # stdin closed mid-turn (its holder killed): a turn goes on regardless
+        time.sleep(3600)
 
 
 if __name__ == "__main__":
