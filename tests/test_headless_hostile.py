@@ -178,3 +178,29 @@ def test_a_second_resume_while_one_is_under_way_is_refused(home_folder: Path) ->
         assert not (home_folder / "holder.py").exists()  # nothing was started
     finally:
         first.close()
+
+
+def test_a_tmux_session_and_a_headless_one_of_one_name_are_ambiguous_and_spawn_refuses_it(
+    tmux: Any, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = Path(tempfile.mkdtemp(prefix="drhh-"))  # short: spawn checks the socket path's length first
+    monkeypatch.setenv("DROVER_HOME", str(home))
+    try:
+        tmux.start("twin", "sleep 600")
+        with pytest.raises(HelperError) as refused:
+            headless_spawn.spawn({"name": "twin", "engine": "claude", "cwd": str(home)}, {})
+        assert refused.value.code == P.NAME_TAKEN and "twin" in refused.value.message, refused.value.message
+        assert not (Path(headless.root()) / "twin").exists()
+        # One already there (made before the tmux session, or by hand): both are candidates, neither is picked.
+        folder = Path(headless.root()) / "twin"
+        folder.mkdir(mode=0o700)
+        spec = {"argv": ["true"], "cwd": str(home), "session_id": "5e55-1d", "name": "twin", "engine": "claude"}
+        (folder / "spec.json").write_text(json.dumps(spec))
+        res = cli("send", "local:twin", "for which one?", "--json")
+        assert res.code != 0, res.out
+        err = res.json()["errors"][0]
+        assert err["code"] == P.AMBIGUOUS_SESSION, err
+        assert "5e55-1d" in err["message"] and "%" in err["message"], err["message"]
+        assert cli("status", "local:headless/twin", "--json").code == 0  # its own name still reaches it
+    finally:
+        subprocess.run(["rm", "-rf", str(home)], check=False)

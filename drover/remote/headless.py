@@ -168,7 +168,9 @@ def session_at(folder: str, warnings: List[str]) -> Optional[Session]:
         "input_off": False,
         "lanes": ["headless"],
         "headless": True,
-        "aliases": [sid, name, "headless/" + name],
+        # Not its bare name: that is matched beside the tmux sessions' names, so a tmux session of the same name
+        # makes it ambiguous (both listed) instead of the headless one winning silently; headless/NAME is its own.
+        "aliases": [sid, "headless/" + name],
         "_headless": folder,
     }  # type: Session
     state = None

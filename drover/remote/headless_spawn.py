@@ -120,6 +120,9 @@ def spawn(args: Dict[str, Any], profiles: Dict[str, Dict[str, Any]]) -> Dict[str
         why = "a headless session %r exists on this host: choose another --name (or --resume it)" % name
         if os.path.lexists(folder):
             raise HelperError(NAME_TAKEN, why)
+        taken = tmux_spawn._taken(name, tmux_spawn.socket_path(args.get("server") or "default"), profiles)
+        if taken:  # a tmux session (or any session drover lists) of that name: `send HOST:NAME` would be ambiguous
+            raise HelperError(NAME_TAKEN, "%s: choose another --name" % taken)
         try:
             os.mkdir(folder, 0o700)  # atomic: of two spawns of one name, the second finds it made
         except OSError as exc:
