@@ -204,3 +204,36 @@ def test_a_tmux_session_and_a_headless_one_of_one_name_are_ambiguous_and_spawn_r
         assert cli("status", "local:headless/twin", "--json").code == 0  # its own name still reaches it
     finally:
         subprocess.run(["rm", "-rf", str(home)], check=False)
+
+
+def test_a_million_non_ascii_characters_arrive_and_a_too_big_request_is_one_clear_failure(folder: Path) -> None:
+    from drover.remote import headless_holder
+
+    assert headless.REQUEST_MAX == headless_holder.REQUEST_MAX
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        start_holder(folder, "run", procs)
+        got = headless.deliver(session(folder), "é" * 1_000_001, {"msg_id": "msg_big"})
+        assert (got["outcome"], got["verified"]) == (P.DELIVERED, True), {k: got[k] for k in ("outcome", "detail") if k in got}
+        over = headless.deliver(session(folder), "x" * (headless.REQUEST_MAX + 1), {"msg_id": "msg_over"})
+        assert (over["outcome"], over["code"]) == (P.FAILED, P.TOO_LARGE), over
+        assert "\n" not in over["detail"] and "nothing was sent" in over["detail"], over["detail"]
+        # The holder's own bound, for a client that does not check first: an answer, not a broken pipe.
+        import socket as socketlib
+
+        conn = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+        conn.settimeout(60)
+        conn.connect(str(folder / "sock"))
+        try:
+            conn.sendall(b'{"op": "send", "text": "' + b"y" * (headless.REQUEST_MAX + 10) + b'"}\n')
+        except OSError:
+            pass
+        answer = json.loads(conn.makefile("rb").readline())
+        conn.close()
+        assert answer["code"] == "too_large", answer
+        assert headless.ask(str(folder), {"op": "state"})["alive"] is True
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

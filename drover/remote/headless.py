@@ -30,6 +30,7 @@ Session = Dict[str, Any]
 # The uuid of drover's message MSG_ID in a headless stream: uuid5 of it in this namespace (stable across retries).
 NAMESPACE = uuidlib.UUID("6f2d1c1e-4b1a-5d3e-9a47-2f0c8e1d7b55")
 ASK_TIMEOUT_S = 5.0
+REQUEST_MAX = 8 << 20  # the holder's own bound (headless_holder.REQUEST_MAX): a bigger request is refused unsent
 BUSY_DETAIL = (
     "the session was busy: Claude takes it at its next tool-call boundary and answers it within that turn (a "
     "text-only turn: as a turn of its own once this one ends)"
@@ -86,6 +87,11 @@ def ask(folder: str, req: Dict[str, Any], timeout: float = ASK_TIMEOUT_S) -> Dic
     if why:
         code = P.SOCKET_MISSING if why.endswith("No such file or directory") else P.SOCKET_FOREIGN
         raise HelperError(code, "the headless holder's socket cannot be used: %s; nothing was sent" % why)
+    # UTF-8, not \u escapes: a non-ASCII character is 2-4 bytes, not 6 (a message under max_chars fits the bound).
+    line = (json.dumps(req, ensure_ascii=False) + "\n").encode("utf-8")
+    if len(line) > REQUEST_MAX:
+        why = "the request is %d bytes, over the headless holder's %d: nothing was sent" % (len(line), REQUEST_MAX)
+        raise HelperError(P.TOO_LARGE, why)
     holder = _json(os.path.join(folder, "holder.json")) or {}
     conn = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
     conn.settimeout(timeout)
@@ -103,7 +109,12 @@ def ask(folder: str, req: Dict[str, Any], timeout: float = ASK_TIMEOUT_S) -> Dic
                 "the listener on %s/sock is pid %d (uid %d), not the session's holder (pid %s): nothing was sent"
                 % (folder, pid, uid, holder.get("pid")),
             )
-        conn.sendall((json.dumps(req) + "\n").encode("utf-8"))
+        try:
+            conn.sendall(line)
+        except socketlib.timeout:
+            raise
+        except OSError:
+            pass  # the holder closed on us mid-request: whatever it answered says why
         data = b""
         while not data.endswith(b"\n"):
             chunk = conn.recv(65536)
@@ -112,6 +123,8 @@ def ask(folder: str, req: Dict[str, Any], timeout: float = ASK_TIMEOUT_S) -> Dic
             data += chunk
     except socketlib.timeout:
         raise HelperError(P.INBOX_TIMEOUT, "the headless holder at %s did not answer in %gs" % (folder, timeout)) from None
+    except OSError as exc:
+        raise HelperError(P.INBOX_ERROR, "the headless holder at %s broke off (%s)" % (folder, exc.strerror)) from None
     finally:
         conn.close()
     try:

@@ -36,6 +36,8 @@ from typing import Any, Dict, List, Optional, Set
 LINGER_S = 600.0  # how long a holder whose claude ended stays to answer with that fact
 # Background tasks and scheduled wake-ups would start turns nobody sent (headless.md): off.
 QUIET_ENV = {"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1", "CLAUDE_CODE_DISABLE_CRON": "1"}
+# The largest request read: the fleet's default max_chars (1,048,576) at up to 6 bytes a character in JSON, + slack.
+REQUEST_MAX = 8 << 20
 ACK_STATES = ("queued", "started", "completed", "cancelled", "replayed")
 # The states that prove a line reached claude's conversation (`queued` is only its memory: lost if it dies).
 ARRIVED = ("started", "completed", "replayed")
@@ -213,13 +215,13 @@ class Holder:
         try:
             conn.settimeout(30)
             data = b""
-            while not data.endswith(b"\n") and len(data) < 4 << 20:
+            while not data.endswith(b"\n") and len(data) <= REQUEST_MAX:
                 chunk = conn.recv(65536)
                 if not chunk:
                     break
                 data += chunk
             try:
-                req = json.loads(data.decode("utf-8"))
+                req = json.loads(data.decode("utf-8")) if len(data) <= REQUEST_MAX else {"op": "too_large"}
             except ValueError:
                 req = {}
             op = req.get("op") if isinstance(req, dict) else None
@@ -230,6 +232,8 @@ class Holder:
             elif op == "quit":
                 self.quit()
                 answer = {"ok": True}
+            elif op == "too_large":
+                answer = {"ok": False, "code": "too_large", "detail": "the request exceeds %d bytes" % REQUEST_MAX}
             else:
                 answer = {"ok": False, "code": "bad_request", "detail": "unknown op %r" % (op,)}
             conn.sendall((json.dumps(answer) + "\n").encode("utf-8"))
