@@ -20,7 +20,7 @@ import pytest
 from drover.remote import headless, headless_spawn
 from drover.remote import protocol as P
 from drover.remote.protocol import HelperError
-from tests.conftest import wait_for
+from tests.conftest import drover_process, wait_for
 
 HOLDER = Path(headless.__file__).with_name("headless_holder.py")
 ENGINE = Path(__file__).resolve().parent / "support" / "fake_stream_engine.py"
@@ -232,6 +232,28 @@ def test_a_million_non_ascii_characters_arrive_and_a_too_big_request_is_one_clea
         conn.close()
         assert answer["code"] == "too_large", answer
         assert headless.ask(str(folder), {"op": "state"})["alive"] is True
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_a_retried_headless_message_is_recorded_on_the_headless_lane(home_folder: Path, cli: Any) -> None:
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        start_holder(home_folder, "run", procs)
+        # The sender dies after the holder took it, before its outcome (and so its lane) is recorded.
+        died = drover_process("send", "local:x", "retry me", env={"DROVER_FAULT": "before_outcome"})
+        assert died.code != 0
+        msg = json.loads(cli("log", "--json", "-n", "1").out)["data"]["messages"][0]
+        wait_for(lambda: headless.seen(session(home_folder), {"msg_id": msg["id"]})["found"], what="its line taken")
+        res = cli("retry", msg["id"], "--json")
+        assert res.code == 0, res.err + res.out
+        data = res.json()["data"]
+        assert "not sent again" in data["detail"] and data["lane"] == "headless", data
+        logged = json.loads(cli("log", "--json", "-n", "1").out)["data"]["messages"][0]
+        assert logged["lane"] == "headless", logged
     finally:
         for p in procs:
             if p.poll() is None:
