@@ -259,3 +259,19 @@ def test_a_retried_headless_message_is_recorded_on_the_headless_lane(home_folder
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_a_copied_session_folder_is_not_a_second_session(home_folder: Path) -> None:
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        start_holder(home_folder, "run", procs)
+        subprocess.run(["cp", "-a", str(home_folder), str(home_folder.parent / "y")], check=True)
+        warnings: list[str] = []
+        found = [s for s in headless.sessions(warnings) if s["id"] == "s-1"]
+        assert [(s["_headless"], s["state"]) for s in found] == [(str(home_folder), "idle")], found
+        assert any("y skipped" in w and str(home_folder) in w for w in warnings), warnings
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -147,6 +147,21 @@ def _alive(pid: Any) -> bool:
         return True  # no /proc to ask: the signal's word
 
 
+def _holder_dir(pid: Any) -> Optional[str]:
+    """The folder a live holder process holds (its argv: `python3 DIR/holder.py DIR`), or None (gone, or no /proc)."""
+    if not _alive(pid):
+        return None
+    try:
+        with open("/proc/%d/cmdline" % int(pid), "rb") as f:
+            argv = f.read().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    argv = [a for a in argv if a]
+    if len(argv) < 2 or not argv[-2].endswith(b"holder.py"):
+        return None  # not a holder (its pid reused): the socket's SO_PEERCRED check refuses it
+    return argv[-1].decode("utf-8", "replace")
+
+
 def session_at(folder: str, warnings: List[str]) -> Optional[Session]:
     """The session held in `folder`, with its state: the holder's word, else what its files say."""
     why = unsafe(folder, "directory")
@@ -157,6 +172,11 @@ def session_at(folder: str, warnings: List[str]) -> Optional[Session]:
     if spec is None:
         return None
     holder = _json(os.path.join(folder, "holder.json")) or {}
+    held = _holder_dir(holder.get("pid"))
+    if held is not None and os.path.realpath(held) != os.path.realpath(folder):
+        # A copy of another session's folder (its holder.json names that live holder): not a second session.
+        warnings.append("headless folder %s skipped: its holder (pid %s) holds %s" % (folder, holder.get("pid"), held))
+        return None
     exited = _json(os.path.join(folder, "exit.json"))
     engine = str(spec.get("engine") or "claude")
     # A Codex thread's id is known once its holder started it (thread.json); a Claude session's before it starts.
