@@ -275,3 +275,29 @@ def test_a_copied_session_folder_is_not_a_second_session(home_folder: Path) -> N
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+@pytest.mark.slow  # the holder's whole wait for a turn that never comes
+def test_a_headless_spawn_whose_command_never_answers_is_not_ready(
+    isolated: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = Path(tempfile.mkdtemp(prefix="drhh-"))
+    monkeypatch.setenv("DROVER_HOME", str(home))
+    fleet = isolated / "fleet.toml"
+    command = f"sh -c 'echo this is no stream-json >&2; exec {sys.executable} {ENGINE} silent'"
+    fleet.write_text(f'[spawn.claude]\ncommand = "{command}"\nready_timeout_s = 60\n', encoding="utf-8")
+    monkeypatch.setenv("DROVER_FLEET", str(fleet))
+    try:
+        res = cli("spawn", "local", "--engine", "claude", "--headless", "--name", "mute", "--cwd", str(home),
+                  "--brief", "are you there?", "--json")  # fmt: skip
+        assert res.code == 9, res.out + res.err
+        body = res.json()
+        assert body["data"]["state"] == "unanswered", body["data"]
+        err = body["errors"][0]
+        assert err["code"] == P.SPAWN_TIMEOUT and "this is no stream-json" in err["message"], err
+    finally:
+        info = headless._json(str(home / "headless" / "mute" / "holder.json")) or {}
+        for pid in (info.get("pid"), info.get("child_pid")):
+            if pid is not None and headless._alive(pid):
+                os.kill(int(pid), signal.SIGKILL)
+        subprocess.run(["rm", "-rf", str(home)], check=False)

@@ -271,6 +271,9 @@ def deliver(session: Session, payload: str, args: Dict[str, Any]) -> Dict[str, A
         return dict(base, outcome=P.FAILED, code=code, detail=detail)
     fault("after_headless_send")
     ack = answer.get("ack")
+    if not ack and not answer.get("busy"):
+        # An idle session that took no turn for it within the holder's wait: said with what the engine said.
+        base["stderr_tail"] = stderr_tail(session["_headless"])
     if ack == "queued":
         # In claude's in-memory queue only: lost if it dies before the turn runs it, so not yet verified.
         out = dict(base, outcome=P.QUEUED, enveloped=True, verified=False)
@@ -318,6 +321,18 @@ def acks(path: str, uid: str) -> List[str]:
             elif kind == "drover_sent" and ev.get("uuid") == uid:  # the Codex holder's own record of its answer
                 out.append(str(ev.get("ack")))
     return out
+
+
+def stderr_tail(folder: str) -> str:
+    """The last words of the engine's stderr (FOLDER/stderr.log), for a failure to quote."""
+    try:
+        with open(os.path.join(folder, "stderr.log"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 400))
+            text = f.read().decode("utf-8", "replace")
+        return repr(text) if text else "(none)"
+    except OSError:
+        return "(none)"
 
 
 def seen(session: Session, args: Dict[str, Any]) -> Dict[str, Any]:

@@ -208,8 +208,4 @@ def _ready(folder: str, timeout: float, engine: str) -> None:
 
 
 def _stderr(folder: str) -> str:
-    try:
-        with open(os.path.join(folder, "stderr.log"), "rb") as f:
-            return repr(f.read()[-400:].decode("utf-8", "replace")) or "(none)"
-    except OSError:
-        return "(none)"
+    return headless.stderr_tail(folder)
