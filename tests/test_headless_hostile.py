@@ -38,8 +38,8 @@ def folder() -> Iterator[Path]:
     subprocess.run(["rm", "-rf", str(path)], check=False)
 
 
-def start_holder(folder: Path, mode: str, procs: list[subprocess.Popen[bytes]]) -> dict[str, Any]:
-    spec = {"argv": [sys.executable, str(ENGINE), mode], "cwd": str(folder), "session_id": "s-1", "name": "x"}
+def start_holder(folder: Path, mode: str, procs: list[subprocess.Popen[bytes]], **more: Any) -> dict[str, Any]:
+    spec = {"argv": [sys.executable, str(ENGINE), mode], "cwd": str(folder), "session_id": "s-1", "name": "x", **more}
     (folder / "spec.json").write_text(json.dumps(spec))
     (folder / "holder.json").unlink(missing_ok=True)
     (folder / "exit.json").unlink(missing_ok=True)
@@ -301,3 +301,19 @@ def test_a_headless_spawn_whose_command_never_answers_is_not_ready(
             if pid is not None and headless._alive(pid):
                 os.kill(int(pid), signal.SIGKILL)
         subprocess.run(["rm", "-rf", str(home)], check=False)
+
+
+def test_sigterm_to_the_holder_stops_the_session_claude_too_after_a_grace(folder: Path) -> None:
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        info = start_holder(folder, "queue", procs, stop_grace_s=0.5)
+        wait_for(lambda: headless.ask(str(folder), {"op": "state"})["busy"], what="the stand-in's endless turn")
+        os.kill(info["pid"], signal.SIGTERM)
+        assert procs[-1].wait(timeout=60) == 0
+        wait_for(lambda: not headless._alive(info["child_pid"]), what="the engine killed after the grace")
+        assert (headless._json(str(folder / "exit.json")) or {}).get("signal") == signal.SIGKILL
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

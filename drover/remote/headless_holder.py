@@ -38,7 +38,6 @@ LINGER_S = 600.0  # how long a holder whose claude ended stays to answer with th
 QUIET_ENV = {"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1", "CLAUDE_CODE_DISABLE_CRON": "1"}
 # The largest request read: the fleet's default max_chars (1,048,576) at up to 6 bytes a character in JSON, + slack.
 REQUEST_MAX = 8 << 20
-ACK_STATES = ("queued", "started", "completed", "cancelled", "replayed")
 # The states that prove a line reached claude's conversation (`queued` is only its memory: lost if it dies).
 ARRIVED = ("started", "completed", "replayed")
 
@@ -245,8 +244,9 @@ class Holder:
             conn.close()
 
     def _end_soon(self) -> None:
+        """After a quit (or SIGTERM): claude ends at EOF when idle; mid-turn it is killed after the grace."""
         try:
-            self.proc.wait(timeout=20)
+            self.proc.wait(timeout=float(self.spec.get("stop_grace_s") or 20))
         except subprocess.TimeoutExpired:
             self.proc.kill()
         time.sleep(0.5)
@@ -377,7 +377,8 @@ def main(argv: List[str]) -> int:
         os.umask(old)
     listener.listen(16)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: holder.quit())
+    stop = threading.Thread(target=holder._end_soon, daemon=True)
+    signal.signal(signal.SIGTERM, lambda *_: (holder.quit(), stop.start()))  # `kill HOLDER_PID`: a stop
     holder.start()
     threading.Thread(target=holder.serve, args=(listener,), daemon=True).start()
     if isinstance(holder, CodexHolder):
