@@ -17,8 +17,7 @@ Busy and idle come from the stream's own events (measured on 2.1.328: `command_l
 for each user line's uuid, a `result` per turn; no `session_state_changed` is emitted there).  A uuid already in
 the stream (this holder's or an earlier one's: a resumed session) is never written again: a retry is a no-op.
 
-When claude ends, its exit is written to DIR/exit.json and the holder stays a while to answer sends with a clear
-failure; when the holder itself is killed, claude reads EOF on its stdin and ends.
+When claude ends, its exit goes to DIR/exit.json; the holder stays a while to say so.  SIGTERM: a stop (see quit).
 
 Stdlib only and Python 3.6+; imports nothing of drover's (it runs from its own copy, outside the bundle).
 """
@@ -229,19 +228,21 @@ class Holder:
             elif op == "send":
                 answer = self.send(req)
             elif op == "quit":
-                self.quit()
+                self.stop_soon()  # its answer is sent well before the holder exits (_end_soon)
                 answer = {"ok": True}
             elif op == "too_large":
                 answer = {"ok": False, "code": "too_large", "detail": "the request exceeds %d bytes" % REQUEST_MAX}
             else:
                 answer = {"ok": False, "code": "bad_request", "detail": "unknown op %r" % (op,)}
             conn.sendall((json.dumps(answer) + "\n").encode("utf-8"))
-            if op == "quit":
-                threading.Thread(target=self._end_soon, daemon=True).start()
         except OSError:
             pass
         finally:
             conn.close()
+
+    def stop_soon(self) -> None:
+        self.quit()
+        threading.Thread(target=self._end_soon, daemon=True).start()
 
     def _end_soon(self) -> None:
         """After a quit (or SIGTERM): claude ends at EOF when idle; mid-turn it is killed after the grace."""
@@ -377,8 +378,7 @@ def main(argv: List[str]) -> int:
         os.umask(old)
     listener.listen(16)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    stop = threading.Thread(target=holder._end_soon, daemon=True)
-    signal.signal(signal.SIGTERM, lambda *_: (holder.quit(), stop.start()))  # `kill HOLDER_PID`: a stop
+    signal.signal(signal.SIGTERM, lambda *_: holder.stop_soon())  # `kill HOLDER_PID`: a stop
     holder.start()
     threading.Thread(target=holder.serve, args=(listener,), daemon=True).start()
     if isinstance(holder, CodexHolder):
