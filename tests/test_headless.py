@@ -167,11 +167,14 @@ def test_a_headless_claude_on_an_ssh_host_does_everything_a_session_does(
     busy = cli("status", f"h1:{name}", "--json").json()["data"]["session"]
     assert busy["state"] == "working", busy
     mid = cli("send", f"h1:{name}", "message while busy", "--json").json()["data"]
-    assert (mid["outcome"], mid["verified"]) == ("delivered", True), mid
+    # Only in claude's in-memory queue: queued, not verified until a turn takes it.
+    assert (mid["outcome"], mid["verified"]) == ("queuedBehindTurn", False), mid
     assert "next tool-call boundary" in mid["detail"]
     (lab.root / f"{name}.control.json").write_text(json.dumps({"reply": "released"}))
     assert cli("wait", f"h1:{name}", "--timeout", "60").code == 0
     wait_for(lambda: replays(folder, "message while busy"), what="the busy message taken")
+    taken = cli("verify", mid["id"], "--json").json()["data"]["messages"][0]
+    assert taken["verified"] is True, taken
     results = [e for e in stream(folder) if e.get("type") == "result"]
     assert len(results) >= 4  # brief, idle, long, the one sent while busy
 

@@ -341,7 +341,8 @@ async def _look(ctx: Context, m: Message) -> dict[str, Any]:
     lane = m.lane or ("inbox" if m.options.get("via") == "inbox" else "tmux")
     args = {"target": pin, "lane": lane, "msg_id": m.id, "receiver_msg_id": m.options.get("receiver_msg_id"), "since": m.ts}
     seen = await call_host(ctx, m.host, "verify", args)
-    seen["lane"] = lane
+    # A headless session has one lane, whatever the message recorded (its sender may have died before its outcome).
+    seen["lane"] = "headless" if (seen.get("session") or {}).get("headless") else lane
     return dict(seen)
 
 

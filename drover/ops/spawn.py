@@ -410,6 +410,14 @@ async def sessions_spawn(ctx: Context, req: SpawnRequest) -> Result:
     if data["brief"] is None:
         return Result(data)  # a resumed headless session, given no brief
     brief = data["brief"]
+    if data["headless"] and brief.get("outcome") == P.DELIVERED and not brief.get("verified"):
+        # Ready means the stream took the brief into a turn: a command that never answers is not a session.
+        data.update(state="unanswered", reason="its stream never acknowledged the brief")
+        message = (
+            f"{where} started but its stream did not acknowledge the brief (no turn took it): the command may not "
+            f"speak stream-json; its stderr: {brief.get('stderr_tail') or '(none)'}"
+        )
+        return Result(data, [{"code": P.SPAWN_TIMEOUT, "message": message, "host": req.host}], ExitCode.TIMEOUT)
     exit_code = exit_code_for(brief.get("outcome"))
     if exit_code != ExitCode.OK:
         message = f"{where} is ready but its brief was {brief.get('outcome')}: {brief.get('detail', '')}"

@@ -8,7 +8,8 @@ not the holder's own.
 
 The lane `headless`: a user line with a uuid derived from drover's message id, so a retry names the same line
 and the holder, finding it in the stream, does not write it again.  Delivered and verified = the stream's own
-acknowledgement of that uuid (`command_lifecycle`, or the `isReplay` echo).
+acknowledgement of that uuid (`command_lifecycle` started/completed, or the `isReplay` echo); `queued` alone is
+P.QUEUED, unverified (claude's queue is in its memory).
 
 Stdlib only and Python 3.6+: shipped to every host inside the helper bundle.
 """
@@ -29,6 +30,7 @@ Session = Dict[str, Any]
 # The uuid of drover's message MSG_ID in a headless stream: uuid5 of it in this namespace (stable across retries).
 NAMESPACE = uuidlib.UUID("6f2d1c1e-4b1a-5d3e-9a47-2f0c8e1d7b55")
 ASK_TIMEOUT_S = 5.0
+REQUEST_MAX = 8 << 20  # the holder's own bound (headless_holder.REQUEST_MAX): a bigger request is refused unsent
 BUSY_DETAIL = (
     "the session was busy: Claude takes it at its next tool-call boundary and answers it within that turn (a "
     "text-only turn: as a turn of its own once this one ends)"
@@ -85,6 +87,11 @@ def ask(folder: str, req: Dict[str, Any], timeout: float = ASK_TIMEOUT_S) -> Dic
     if why:
         code = P.SOCKET_MISSING if why.endswith("No such file or directory") else P.SOCKET_FOREIGN
         raise HelperError(code, "the headless holder's socket cannot be used: %s; nothing was sent" % why)
+    # UTF-8, not \u escapes: a non-ASCII character is 2-4 bytes, not 6 (a message under max_chars fits the bound).
+    line = (json.dumps(req, ensure_ascii=False) + "\n").encode("utf-8")
+    if len(line) > REQUEST_MAX:
+        why = "the request is %d bytes, over the headless holder's %d: nothing was sent" % (len(line), REQUEST_MAX)
+        raise HelperError(P.TOO_LARGE, why)
     holder = _json(os.path.join(folder, "holder.json")) or {}
     conn = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
     conn.settimeout(timeout)
@@ -102,7 +109,12 @@ def ask(folder: str, req: Dict[str, Any], timeout: float = ASK_TIMEOUT_S) -> Dic
                 "the listener on %s/sock is pid %d (uid %d), not the session's holder (pid %s): nothing was sent"
                 % (folder, pid, uid, holder.get("pid")),
             )
-        conn.sendall((json.dumps(req) + "\n").encode("utf-8"))
+        try:
+            conn.sendall(line)
+        except socketlib.timeout:
+            raise
+        except OSError:
+            pass  # the holder closed on us mid-request: whatever it answered says why
         data = b""
         while not data.endswith(b"\n"):
             chunk = conn.recv(65536)
@@ -111,6 +123,8 @@ def ask(folder: str, req: Dict[str, Any], timeout: float = ASK_TIMEOUT_S) -> Dic
             data += chunk
     except socketlib.timeout:
         raise HelperError(P.INBOX_TIMEOUT, "the headless holder at %s did not answer in %gs" % (folder, timeout)) from None
+    except OSError as exc:
+        raise HelperError(P.INBOX_ERROR, "the headless holder at %s broke off (%s)" % (folder, exc.strerror)) from None
     finally:
         conn.close()
     try:
@@ -133,6 +147,21 @@ def _alive(pid: Any) -> bool:
         return True  # no /proc to ask: the signal's word
 
 
+def _holder_dir(pid: Any) -> Optional[str]:
+    """The folder a live holder process holds (its argv: `python3 DIR/holder.py DIR`), or None (gone, or no /proc)."""
+    if not _alive(pid):
+        return None
+    try:
+        with open("/proc/%d/cmdline" % int(pid), "rb") as f:
+            argv = f.read().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    argv = [a for a in argv if a]
+    if len(argv) < 2 or not argv[-2].endswith(b"holder.py"):
+        return None  # not a holder (its pid reused): the socket's SO_PEERCRED check refuses it
+    return argv[-1].decode("utf-8", "replace")
+
+
 def session_at(folder: str, warnings: List[str]) -> Optional[Session]:
     """The session held in `folder`, with its state: the holder's word, else what its files say."""
     why = unsafe(folder, "directory")
@@ -143,6 +172,11 @@ def session_at(folder: str, warnings: List[str]) -> Optional[Session]:
     if spec is None:
         return None
     holder = _json(os.path.join(folder, "holder.json")) or {}
+    held = _holder_dir(holder.get("pid"))
+    if held is not None and os.path.realpath(held) != os.path.realpath(folder):
+        # A copy of another session's folder (its holder.json names that live holder): not a second session.
+        warnings.append("headless folder %s skipped: its holder (pid %s) holds %s" % (folder, holder.get("pid"), held))
+        return None
     exited = _json(os.path.join(folder, "exit.json"))
     engine = str(spec.get("engine") or "claude")
     # A Codex thread's id is known once its holder started it (thread.json); a Claude session's before it starts.
@@ -167,7 +201,9 @@ def session_at(folder: str, warnings: List[str]) -> Optional[Session]:
         "input_off": False,
         "lanes": ["headless"],
         "headless": True,
-        "aliases": [sid, name, "headless/" + name],
+        # Not its bare name: that is matched beside the tmux sessions' names, so a tmux session of the same name
+        # makes it ambiguous (both listed) instead of the headless one winning silently; headless/NAME is its own.
+        "aliases": [sid, "headless/" + name],
         "_headless": folder,
     }  # type: Session
     state = None
@@ -185,6 +221,11 @@ def session_at(folder: str, warnings: List[str]) -> Optional[Session]:
         out["reason"] = "its stream says a turn runs" if busy else "its stream says no turn runs"
         return out
     exit_info = (state or {}).get("exit") or exited
+    if not exit_info and _alive(holder.get("child_pid")):
+        # Its holder was killed mid-turn: claude ends only at EOF when idle, so it may run on (and write) a while.
+        why = "its holder (pid %s) is gone but %s (pid %s) still runs: it ends once its turn does; --resume waits for that"
+        out.update(state="unknown", reason=why % (holder.get("pid"), engine, holder.get("child_pid")))
+        return out
     if exit_info:
         out.update(state="gone", reason="%s exited (%s)" % (engine, _exit_words(exit_info)), exit=exit_info)
     else:
@@ -230,10 +271,18 @@ def deliver(session: Session, payload: str, args: Dict[str, Any]) -> Dict[str, A
         return dict(base, outcome=P.FAILED, code=code, detail=detail)
     fault("after_headless_send")
     ack = answer.get("ack")
-    out = dict(base, outcome=P.DELIVERED, enveloped=True, verified=bool(ack))
-    out["verification"] = (
-        "the session's stream acknowledged %s (%s)" % (uid, ack) if ack else "written to the session; no acknowledgement yet"
-    )
+    if not ack and not answer.get("busy"):
+        # An idle session that took no turn for it within the holder's wait: said with what the engine said.
+        base["stderr_tail"] = stderr_tail(session["_headless"])
+    if ack == "queued":
+        # In claude's in-memory queue only: lost if it dies before the turn runs it, so not yet verified.
+        out = dict(base, outcome=P.QUEUED, enveloped=True, verified=False)
+        out["verification"] = "queued in the session (%s), not started yet: `drover verify` confirms it once it runs" % uid
+    else:
+        out = dict(base, outcome=P.DELIVERED, enveloped=True, verified=bool(ack))
+        out["verification"] = (
+            "the session's stream acknowledged %s (%s)" % (uid, ack) if ack else "written to the session; no acknowledgement yet"
+        )
     if answer.get("already"):
         out["detail"] = "already in the session's stream (%s): not written again" % uid
     elif ack == "steered":
@@ -243,15 +292,61 @@ def deliver(session: Session, payload: str, args: Dict[str, Any]) -> Dict[str, A
     return out
 
 
+# What proves a line reached the session: claude took it into a turn (`started`/`completed`) or echoed it
+# (`replayed`), or Codex's server accepted it (`started`/`steered`).  `queued` is not: it sits in claude's memory
+# and dies with it.
+ARRIVED = ("started", "completed", "replayed", "steered")
+
+
+def acks(path: str, uid: str) -> List[str]:
+    """The stream's own acknowledgements of `uid`, oldest first: only the events that name it in their own
+    field, never a line whose text merely quotes it (a message may quote another's uuid)."""
+    out = []  # type: List[str]
+    needle = uid.encode()
+    with open(path, "rb") as f:
+        for raw in f:
+            if needle not in raw:
+                continue  # cheap: most lines are not about it
+            try:
+                ev = json.loads(raw.decode("utf-8", "replace"))
+            except ValueError:
+                continue
+            if not isinstance(ev, dict):
+                continue
+            kind = ev.get("type")
+            if kind == "command_lifecycle" and ev.get("command_uuid") == uid:
+                out.append(str(ev.get("state")))
+            elif kind == "user" and ev.get("isReplay") and ev.get("uuid") == uid:
+                out.append("replayed")
+            elif kind == "drover_sent" and ev.get("uuid") == uid:  # the Codex holder's own record of its answer
+                out.append(str(ev.get("ack")))
+    return out
+
+
+def stderr_tail(folder: str) -> str:
+    """The last words of the engine's stderr (FOLDER/stderr.log), for a failure to quote."""
+    try:
+        with open(os.path.join(folder, "stderr.log"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 400))
+            text = f.read().decode("utf-8", "replace")
+        return repr(text) if text else "(none)"
+    except OSError:
+        return "(none)"
+
+
 def seen(session: Session, args: Dict[str, Any]) -> Dict[str, Any]:
-    """verify: is drover's message in the stream (its uuid acknowledged)?"""
+    """verify: did drover's message reach the session (the stream's own event for its uuid says it ran)?"""
     uid = line_uuid(str(args.get("msg_id") or ""))
     path = os.path.join(session["_headless"], "stream.jsonl")
     try:
-        with open(path, "rb") as f:
-            for raw in f:
-                if uid.encode() in raw:
-                    return {"found": True, "how": "the session's stream acknowledged %s" % uid}
+        states = acks(path, uid)
     except OSError as exc:
         return {"found": None, "how": "the stream %s cannot be read: %s" % (path, exc.strerror)}
+    arrived = [s for s in states if s in ARRIVED]
+    if arrived:
+        return {"found": True, "how": "the session's stream acknowledged %s (%s)" % (uid, arrived[-1])}
+    if states:
+        how = "the stream shows %s only %s, never started: it may still run, or be lost with its claude"
+        return {"found": False, "how": how % (uid, "/".join(states))}
     return {"found": False, "how": "no acknowledgement of %s in %s" % (uid, path)}

@@ -17,8 +17,7 @@ Busy and idle come from the stream's own events (measured on 2.1.328: `command_l
 for each user line's uuid, a `result` per turn; no `session_state_changed` is emitted there).  A uuid already in
 the stream (this holder's or an earlier one's: a resumed session) is never written again: a retry is a no-op.
 
-When claude ends, its exit is written to DIR/exit.json and the holder stays a while to answer sends with a clear
-failure; when the holder itself is killed, claude reads EOF on its stdin and ends.
+When claude ends, its exit goes to DIR/exit.json; the holder stays a while to say so.  SIGTERM: a stop (see quit).
 
 Stdlib only and Python 3.6+; imports nothing of drover's (it runs from its own copy, outside the bundle).
 """
@@ -36,7 +35,10 @@ from typing import Any, Dict, List, Optional, Set
 LINGER_S = 600.0  # how long a holder whose claude ended stays to answer with that fact
 # Background tasks and scheduled wake-ups would start turns nobody sent (headless.md): off.
 QUIET_ENV = {"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1", "CLAUDE_CODE_DISABLE_CRON": "1"}
-ACK_STATES = ("queued", "started", "completed", "cancelled", "replayed")
+# The largest request read: the fleet's default max_chars (1,048,576) at up to 6 bytes a character in JSON, + slack.
+REQUEST_MAX = 8 << 20
+# The states that prove a line reached claude's conversation (`queued` is only its memory: lost if it dies).
+ARRIVED = ("started", "completed", "replayed")
 
 
 def user_line(text: str, uuid: str) -> str:
@@ -80,6 +82,9 @@ class Holder:
                     self._note(raw, replaying=True)
         except OSError:
             pass
+        # Queued by an earlier claude and never started: it died with that claude's memory, so a retry sends it.
+        for uid in [u for u, state in self.seen.items() if state == "queued"]:
+            del self.seen[uid]
 
     def _note(self, raw: bytes, replaying: bool = False) -> None:
         try:
@@ -91,7 +96,8 @@ class Holder:
         kind = ev.get("type")
         if kind == "command_lifecycle" and isinstance(ev.get("command_uuid"), str):
             uid, state = ev["command_uuid"], str(ev.get("state"))
-            self.seen[uid] = state
+            if not (state == "queued" and self.seen.get(uid) in ARRIVED):  # never back from arrived to queued
+                self.seen[uid] = state
             if not replaying:
                 self.queued.discard(uid)
                 if state == "queued":
@@ -101,7 +107,8 @@ class Holder:
                 else:
                     self.active.discard(uid)
         elif kind == "user" and ev.get("isReplay") and isinstance(ev.get("uuid"), str):
-            self.seen.setdefault(ev["uuid"], "replayed")
+            if self.seen.get(ev["uuid"]) not in ARRIVED:
+                self.seen[ev["uuid"]] = "replayed"
         elif kind == "result" and not replaying:
             self.turns += 1
         if not replaying:
@@ -179,9 +186,14 @@ class Holder:
                 return {"ok": False, "code": "engine_exited", "detail": "%s's stdin is closed (%s)" % (self.engine, exc)}
             self.written.add(uid)
             deadline = time.monotonic() + float(req.get("wait_s") or 10.0)
-            while uid not in self.seen and self.exit is None and time.monotonic() < deadline:
+            # Idle: wait for the turn to take it (`started`); busy: its place in the queue is the answer to give.
+            while self.exit is None and time.monotonic() < deadline and not self._answered(uid, busy):
                 self.cond.wait(deadline - time.monotonic())
             return {"ok": True, "ack": self.seen.get(uid), "busy": busy, "already": False}
+
+    def _answered(self, uid: str, busy: bool) -> bool:
+        state = self.seen.get(uid)
+        return state in ARRIVED or state == "cancelled" or (busy and state == "queued")
 
     def quit(self) -> None:
         try:
@@ -201,13 +213,13 @@ class Holder:
         try:
             conn.settimeout(30)
             data = b""
-            while not data.endswith(b"\n") and len(data) < 4 << 20:
+            while not data.endswith(b"\n") and len(data) <= REQUEST_MAX:
                 chunk = conn.recv(65536)
                 if not chunk:
                     break
                 data += chunk
             try:
-                req = json.loads(data.decode("utf-8"))
+                req = json.loads(data.decode("utf-8")) if len(data) <= REQUEST_MAX else {"op": "too_large"}
             except ValueError:
                 req = {}
             op = req.get("op") if isinstance(req, dict) else None
@@ -216,21 +228,26 @@ class Holder:
             elif op == "send":
                 answer = self.send(req)
             elif op == "quit":
-                self.quit()
+                self.stop_soon()  # its answer is sent well before the holder exits (_end_soon)
                 answer = {"ok": True}
+            elif op == "too_large":
+                answer = {"ok": False, "code": "too_large", "detail": "the request exceeds %d bytes" % REQUEST_MAX}
             else:
                 answer = {"ok": False, "code": "bad_request", "detail": "unknown op %r" % (op,)}
             conn.sendall((json.dumps(answer) + "\n").encode("utf-8"))
-            if op == "quit":
-                threading.Thread(target=self._end_soon, daemon=True).start()
         except OSError:
             pass
         finally:
             conn.close()
 
+    def stop_soon(self) -> None:
+        self.quit()
+        threading.Thread(target=self._end_soon, daemon=True).start()
+
     def _end_soon(self) -> None:
+        """After a quit (or SIGTERM): claude ends at EOF when idle; mid-turn it is killed after the grace."""
         try:
-            self.proc.wait(timeout=20)
+            self.proc.wait(timeout=float(self.spec.get("stop_grace_s") or 20))
         except subprocess.TimeoutExpired:
             self.proc.kill()
         time.sleep(0.5)
@@ -361,7 +378,7 @@ def main(argv: List[str]) -> int:
         os.umask(old)
     listener.listen(16)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: holder.quit())
+    signal.signal(signal.SIGTERM, lambda *_: holder.stop_soon())  # `kill HOLDER_PID`: a stop
     holder.start()
     threading.Thread(target=holder.serve, args=(listener,), daemon=True).start()
     if isinstance(holder, CodexHolder):

@@ -8,6 +8,8 @@ fork under a new session: it belongs to no SSH connection and to no helper, and 
 Stdlib only and Python 3.6+: shipped to every host inside the helper bundle.
 """
 
+import errno
+import fcntl
 import json
 import os
 import shutil
@@ -69,6 +71,10 @@ def _retire(folder: str, name: str) -> None:
     """Before a resume: the old holder must be gone, or hold a claude that has exited (then it is told to quit)."""
     holder = headless._json(os.path.join(folder, "holder.json")) or {}
     if not headless._alive(holder.get("pid")):
+        child = holder.get("child_pid")
+        if child and not headless._json(os.path.join(folder, "exit.json")) and headless._alive(child):
+            why = "headless session %s: its holder is gone but its engine (pid %s) still runs its last turn; resume once it ends"
+            raise HelperError(NAME_TAKEN, why % (name, child))
         return
     state = headless.ask(folder, {"op": "state"}, 3.0)
     if state.get("alive"):
@@ -98,6 +104,7 @@ def spawn(args: Dict[str, Any], profiles: Dict[str, Dict[str, Any]]) -> Dict[str
         if old is None:
             raise HelperError(SESSION_NOT_FOUND, "no headless session %r on this host to resume (drover ls lists them)" % name)
         _own_dir(folder)
+        lock = _lock(folder, name)  # held (open) until this spawn returns: one resume at a time
         _retire(folder, name)
         engine = str(old.get("engine") or "claude")
         sid = str(old.get("session_id") or (headless._json(os.path.join(folder, "thread.json")) or {}).get("session_id"))
@@ -110,9 +117,19 @@ def spawn(args: Dict[str, Any], profiles: Dict[str, Dict[str, Any]]) -> Dict[str
             except OSError:
                 pass
     else:
+        why = "a headless session %r exists on this host: choose another --name (or --resume it)" % name
         if os.path.lexists(folder):
-            why = "a headless session %r exists on this host: choose another --name (or --resume it)" % name
             raise HelperError(NAME_TAKEN, why)
+        taken = tmux_spawn._taken(name, tmux_spawn.socket_path(args.get("server") or "default"), profiles)
+        if taken:  # a tmux session (or any session drover lists) of that name: `send HOST:NAME` would be ambiguous
+            raise HelperError(NAME_TAKEN, "%s: choose another --name" % taken)
+        try:
+            os.mkdir(folder, 0o700)  # atomic: of two spawns of one name, the second finds it made
+        except OSError as exc:
+            if exc.errno == errno.EEXIST:
+                raise HelperError(NAME_TAKEN, why) from None
+            raise
+        lock = _lock(folder, name)
         cwd = tmux_spawn._cwd(args.get("cwd") or "")
         sid, template, extra = (
             str(uuidlib.uuid4()),
@@ -148,7 +165,21 @@ def spawn(args: Dict[str, Any], profiles: Dict[str, Dict[str, Any]]) -> Dict[str
         sid = str((headless._json(os.path.join(folder, "thread.json")) or {}).get("session_id"))
     out.update(id=sid, identity="%s:%s" % (engine, sid), pid=holder.get("pid"), pane=None, target=None, tail=[])
     out.update(state="ready", reason="held by pid %s on %s/sock" % (holder.get("pid"), folder))
+    lock.close()
     return out
+
+
+def _lock(folder: str, name: str) -> Any:
+    """An exclusive flock on FOLDER/lock (the folder is 0700, ours): a second start or resume of NAME is refused
+    while one is under way.  The holder does not inherit it (close_fds), so it is freed when this spawn ends."""
+    fd = os.open(os.path.join(folder, "lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    f = os.fdopen(fd, "w")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise HelperError(NAME_TAKEN, "another spawn or --resume of headless session %s is under way: refused" % name) from None
+    return f
 
 
 def _abandon(folder: str) -> None:
@@ -177,8 +208,4 @@ def _ready(folder: str, timeout: float, engine: str) -> None:
 
 
 def _stderr(folder: str) -> str:
-    try:
-        with open(os.path.join(folder, "stderr.log"), "rb") as f:
-            return repr(f.read()[-400:].decode("utf-8", "replace")) or "(none)"
-    except OSError:
-        return "(none)"
+    return headless.stderr_tail(folder)
