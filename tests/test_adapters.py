@@ -444,3 +444,22 @@ def test_the_adapter_dies_with_a_drover_killed_mid_send(cli: Cli, isolated: Path
     again = cli("retry", msg_id, "--json")
     assert again.code == 0, again.out
     assert [line.split()[1] for line in (isolated / "sleeper.runs").read_text().splitlines()] == ["1", "2"]
+
+
+def test_a_retry_to_an_adapter_since_removed_is_unknown_endpoint(
+    cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet(isolated, monkeypatch, {"old": {"command": "/bin/false"}})
+    msg_id = cli("send", "adapter:old", "hello", "--json").json()["data"]["id"]
+    fleet(isolated, monkeypatch, {"new": {"command": "/bin/true"}})
+    res = cli("retry", msg_id)
+    assert res.code == 6, res.out + res.err
+    line = one_line(res.err)
+    assert "no adapter 'old' in the fleet" in line and "the fleet's adapters: new" in line
+
+
+def test_verify_says_an_adapter(cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet(isolated, monkeypatch, {"gw": {"command": "/bin/false"}})
+    msg_id = cli("send", "adapter:gw", "hello", "--json").json()["data"]["id"]
+    res = cli("verify", msg_id, "--json")
+    assert "an adapter keeps no record" in res.out and "a adapter" not in res.out

@@ -62,5 +62,6 @@ def busy(ctx: Context, kind: str, msg_id: str) -> str | None:
 def unseen(kind: str) -> dict[str, Any]:
     """What `verify` can say of an endpoint's message it has no delivered answer for: nothing drover can read
     holds it, so it is neither found nor provably absent."""
-    how = f"a {kind} keeps no record drover can read: `drover retry ID` sends it again under the same id"
+    article = "an" if kind[0] in "aeiou" else "a"
+    how = f"{article} {kind} keeps no record drover can read: `drover retry ID` sends it again under the same id"
     return {"found": None, "how": how, "lane": kind}
