@@ -463,3 +463,25 @@ def test_verify_says_an_adapter(cli: Cli, isolated: Path, monkeypatch: pytest.Mo
     msg_id = cli("send", "adapter:gw", "hello", "--json").json()["data"]["id"]
     res = cli("verify", msg_id, "--json")
     assert "an adapter keeps no record" in res.out and "a adapter" not in res.out
+
+
+@pytest.mark.parametrize(("code", "word"), [(3, "held"), (4, "refused")])
+def test_a_retry_of_what_the_adapter_decided_runs_nothing(
+    cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch, code: int, word: str
+) -> None:
+    out = isolated / "runs"
+    fleet(isolated, monkeypatch, {"gw": {"command": "/bin/sh", "args": ["-c", f"echo x >> {out}; exit {code}"]}})
+    msg_id = cli("send", "adapter:gw", "hello", "--json").json()["data"]["id"]
+    res = cli("retry", msg_id)
+    assert res.code == 4, res.out + res.err
+    assert f"the adapter {word} it: the receiver decided" in one_line(res.err)
+    assert out.read_text().splitlines() == ["x"]
+
+
+def test_an_actor_with_a_control_character_is_refused(cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = isolated / "runs"
+    fleet(isolated, monkeypatch, {"gw": {"command": "/bin/sh", "args": ["-c", f"echo x >> {out}"]}})
+    res = cli("send", "adapter:gw", "hello", "--actor", "me\nforged line")
+    assert res.code == 2, res.out + res.err
+    assert "holds a control character" in one_line(res.err)
+    assert not out.exists()
