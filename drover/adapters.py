@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
+from drover import adapter_runs
 from drover.fleet_adapters import AdapterConfig
 from drover.ops.core import Context
 from drover.ops.outcome import Outcome
@@ -44,12 +47,15 @@ DETAIL_MAX = 300  # stderr's last line as the detail shows it
 PIPE_GRACE_S = 2.0
 CHUNK = 64 << 10
 KILL_WAIT_S = 5.0  # how long a SIGKILLed adapter may take to be reaped
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 EXIT_POLL_S = 0.02  # how often its exit is looked for (the child watcher has no awaitable for the exit alone)
 
 
 async def deliver(ctx: Context, name: str, *, msg_id: str, text: str, actor: str, attempt: int) -> Outcome:
     """One run of the adapter; every failure of the adapter's is an outcome, never an exception."""
     cfg: AdapterConfig = ctx.fleet.adapters[name]
+    home = ctx.truth.home
+    attempt = adapter_runs.next_attempt(home, msg_id, attempt)
     env = {
         **os.environ,
         **cfg.env,
@@ -62,6 +68,8 @@ async def deliver(ctx: Context, name: str, *, msg_id: str, text: str, actor: str
     if missing:
         return _outcome(P.FAILED, P.ADAPTER_MISSING, missing)
     cwd = str(Path(cfg.cwd).expanduser()) if cfg.cwd else None
+    # Counted before it starts: a drover killed while it runs leaves no outcome, and the next run must not be "1".
+    adapter_runs.write(home, msg_id, {"attempt": attempt, "name": name})
     try:
         proc = await asyncio.create_subprocess_exec(
             _program(cfg, env),
@@ -72,11 +80,41 @@ async def deliver(ctx: Context, name: str, *, msg_id: str, text: str, actor: str
             env=env,
             cwd=cwd,
             start_new_session=True,  # its own session and process group: a timeout kills all it started
+            preexec_fn=_die_with_parent(os.getpid()),
         )
     except OSError as exc:  # not executable, a bad interpreter line, ...: it never ran
         why = f"adapter {name!r} could not be started: {cfg.command}: {exc.strerror or exc}"
         return _outcome(P.FAILED, P.ADAPTER_MISSING, f"{why} (fix [adapters.{name}] in fleet.toml)")
+    adapter_runs.write(home, msg_id, {"attempt": attempt, "name": name, "pid": proc.pid, "start": adapter_runs.started(proc.pid)})
     return await _run(proc, name, cfg, _encode(text))
+
+
+def busy(ctx: Context, msg_id: str) -> str | None:
+    """Why a retry must not start the adapter now: an earlier run of it (by a drover since killed) still lives."""
+    state = adapter_runs.running(ctx.truth.home, msg_id)
+    if state is None:
+        return None
+    return (
+        f"attempt {state.get('attempt')} of adapter {state.get('name')!r} is still running (pid {state['pid']}) and "
+        "may still be delivering it; it is killed at its timeout only if the drover that started it lives: retry "
+        "when it has exited"
+    )
+
+
+def _die_with_parent(parent: int) -> Any:
+    """On Linux, the adapter gets SIGKILL when drover dies (prctl PR_SET_PDEATHSIG): a drover killed -9 leaves no
+    adapter running past its timeout.  Only the adapter itself: what it started lives on (the limit of the call)."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def arm() -> None:
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # drover died before the call took hold
+            os._exit(1)
+
+    return arm
 
 
 def _program(cfg: AdapterConfig, env: dict[str, str]) -> str:

@@ -378,3 +378,110 @@ def test_a_process_left_outside_the_group_holds_up_nothing(
         if pids.exists():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pids.read_text()), signal.SIGKILL)
+
+
+# The adapter writes its own pid and DROVER_ATTEMPT, then sleeps: a send that is still running when drover dies.
+SLEEPER = """
+import os, sys, time
+sys.stdin.buffer.read()
+out = os.environ["OUT"]
+with open(out + ".runs", "a") as f:
+    f.write(f"{os.getpid()} {os.environ['DROVER_ATTEMPT']}\\n")
+if os.environ["DROVER_ATTEMPT"] == "1":
+    time.sleep(600)
+"""
+
+
+def _drover_killed_mid_send(isolated: Path, monkeypatch: pytest.MonkeyPatch, prelude: str) -> tuple[int, str]:
+    """`drover send` in a process of its own, killed -9 once the adapter runs: the adapter's pid and the message id."""
+    import subprocess
+
+    out = isolated / "sleeper"
+    table = script(isolated, "sleeper", SLEEPER)
+    table.update(env={"OUT": str(out)}, timeout=600)
+    fleet(isolated, monkeypatch, {"slow": table})
+    code = f"{prelude}\nimport sys\nfrom drover.cli.main import main\nsys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, "send", "adapter:slow", "hi"], stdout=subprocess.DEVNULL)
+    runs = Path(f"{out}.runs")
+    wait_for(lambda: runs.exists() and runs.read_text().endswith("\n"), what="the adapter started")
+    proc.kill()
+    proc.wait(timeout=60)
+    pid = int(runs.read_text().split()[0])
+    lines = (isolated / "home" / "truth.jsonl").read_text(encoding="utf-8").splitlines()
+    return pid, str(json.loads(lines[-1])["id"])
+
+
+def test_a_retry_while_a_killed_drovers_adapter_still_runs_is_busy(
+    cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Where drover cannot tie the adapter's life to its own (not Linux): the adapter outlives a drover killed -9.
+    unbound = "import drover.adapters as a; a._die_with_parent = lambda p: None"
+    pid, msg_id = _drover_killed_mid_send(isolated, monkeypatch, unbound)
+    try:
+        assert alive(pid)
+        res = cli("retry", msg_id)
+        assert res.code == 4, res.out
+        line = one_line(res.err)
+        assert f"attempt 1 of adapter 'slow' is still running (pid {pid})" in line
+        assert "killed at its timeout only if the drover that started it lives" in line
+        assert len((isolated / "sleeper.runs").read_text().splitlines()) == 1  # no second copy
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    wait_for(lambda: not alive(pid), what="the adapter gone")
+    again = cli("retry", msg_id, "--json")
+    assert again.code == 0, again.out
+    # Attempt 2: the killed drover recorded no outcome, but the run it started is counted.
+    assert [line.split()[1] for line in (isolated / "sleeper.runs").read_text().splitlines()] == ["1", "2"]
+    state = isolated / "home" / "adapter-runs" / f"{msg_id}.json"
+    assert state.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_adapter_dies_with_a_drover_killed_mid_send(cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pid, msg_id = _drover_killed_mid_send(isolated, monkeypatch, "")
+    wait_for(lambda: not alive(pid), what="the adapter killed with its drover")
+    again = cli("retry", msg_id, "--json")
+    assert again.code == 0, again.out
+    assert [line.split()[1] for line in (isolated / "sleeper.runs").read_text().splitlines()] == ["1", "2"]
+
+
+def test_a_retry_to_an_adapter_since_removed_is_unknown_endpoint(
+    cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet(isolated, monkeypatch, {"old": {"command": "/bin/false"}})
+    msg_id = cli("send", "adapter:old", "hello", "--json").json()["data"]["id"]
+    fleet(isolated, monkeypatch, {"new": {"command": "/bin/true"}})
+    res = cli("retry", msg_id)
+    assert res.code == 6, res.out + res.err
+    line = one_line(res.err)
+    assert "no adapter 'old' in the fleet" in line and "the fleet's adapters: new" in line
+
+
+def test_verify_says_an_adapter(cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet(isolated, monkeypatch, {"gw": {"command": "/bin/false"}})
+    msg_id = cli("send", "adapter:gw", "hello", "--json").json()["data"]["id"]
+    res = cli("verify", msg_id, "--json")
+    assert "an adapter keeps no record" in res.out and "a adapter" not in res.out
+
+
+@pytest.mark.parametrize(("code", "word"), [(3, "held"), (4, "refused")])
+def test_a_retry_of_what_the_adapter_decided_runs_nothing(
+    cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch, code: int, word: str
+) -> None:
+    out = isolated / "runs"
+    fleet(isolated, monkeypatch, {"gw": {"command": "/bin/sh", "args": ["-c", f"echo x >> {out}; exit {code}"]}})
+    msg_id = cli("send", "adapter:gw", "hello", "--json").json()["data"]["id"]
+    res = cli("retry", msg_id)
+    assert res.code == 4, res.out + res.err
+    assert f"the adapter {word} it: the receiver decided" in one_line(res.err)
+    assert out.read_text().splitlines() == ["x"]
+
+
+def test_an_actor_with_a_control_character_is_refused(cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = isolated / "runs"
+    fleet(isolated, monkeypatch, {"gw": {"command": "/bin/sh", "args": ["-c", f"echo x >> {out}"]}})
+    res = cli("send", "adapter:gw", "hello", "--actor", "me\nforged line")
+    assert res.code == 2, res.out + res.err
+    assert "holds a control character" in one_line(res.err)
+    assert not out.exists()

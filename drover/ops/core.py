@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from drover.errors import BadJSON, DroverError, ExitCode, InvalidRequest, UnknownOp
+from drover.errors import BadJSON, DroverError, ExitCode, InvalidRequest, UnknownOp, UsageError
 from drover.fleet import Fleet
 from drover.fleet import load as load_fleet
 from drover.route import Route
@@ -140,7 +140,11 @@ class Context:
 
     def who(self, explicit: str | None = None) -> str:
         """Say who you are: --actor, else $DROVER_ACTOR, else the fleet's default, else user@host."""
-        return explicit or self.actor or os.environ.get("DROVER_ACTOR") or self.fleet.defaults.actor or default_actor()
+        actor = explicit or self.actor or os.environ.get("DROVER_ACTOR") or self.fleet.defaults.actor or default_actor()
+        # A newline would forge a line of the log and of DROVER_ACTOR's readers: refused wherever it comes from.
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in actor):
+            raise UsageError(f"the actor {actor!r} holds a control character", hint="give --actor as one plain line")
+        return actor
 
     def route(self, host: str) -> Route:
         """The host resolved once for this Context (an unknown host raises UnknownHost, every time it is asked for):

@@ -52,8 +52,16 @@ async def deliver(ctx: Context, kind: str, name: str, *, msg_id: str, text: str,
     return outcome
 
 
+def busy(ctx: Context, kind: str, msg_id: str) -> str | None:
+    """Why a retry must wait: an earlier attempt still running outside any drover (the kind's `busy`, if it has one)."""
+    module: Any = import_module(MODULES[kind])
+    check = getattr(module, "busy", None)
+    return check(ctx, msg_id) if check else None
+
+
 def unseen(kind: str) -> dict[str, Any]:
     """What `verify` can say of an endpoint's message it has no delivered answer for: nothing drover can read
     holds it, so it is neither found nor provably absent."""
-    how = f"a {kind} keeps no record drover can read: `drover retry ID` sends it again under the same id"
+    article = "an" if kind[0] in "aeiou" else "a"
+    how = f"{article} {kind} keeps no record drover can read: `drover retry ID` sends it again under the same id"
     return {"found": None, "how": how, "lane": kind}

@@ -438,6 +438,13 @@ async def _retry(ctx: Context, m: Message, base: dict[str, Any]) -> Result:
             return _result(ctx, m.id, base, _not_now(m, P.OWNER_RELAY_OFF, why), m.host, record=False)
     if m.host in endpoints.KINDS:
         # No record of the receiver's to look in: the same id goes again, and the receiver tells a repeat by it.
+        if m.outcome in (P.HELD, P.REFUSED):  # the receiver decided (its exit 3 / 4, a bot's own answer)
+            why = f"the {m.host} {m.outcome} it: the receiver decided; send it again with `drover send` if you mean it"
+            return _result(ctx, m.id, base, _not_now(m, str(m.code or m.outcome), why), m.host, record=False)
+        endpoints.check(ctx.fleet, m.host, m.target)  # removed or renamed since: unknown_endpoint, with the names
+        running = endpoints.busy(ctx, m.host, m.id)
+        if running:
+            return _result(ctx, m.id, base, _not_now(m, P.BUSY, running), m.host, record=False)
         attempts = 1 + sum(1 for e in ctx.truth.recent(m.ts) if e.get("event") == "outcome" and e.get("id") == m.id)
         outcome = await _endpoint_attempt(ctx, m.host, m.target, m.id, m.text, m.actor, attempts)
         outcome.attempt = "retry"
