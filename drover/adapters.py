@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import os
 import shutil
 import signal
@@ -86,7 +87,8 @@ async def deliver(ctx: Context, name: str, *, msg_id: str, text: str, actor: str
         why = f"adapter {name!r} could not be started: {cfg.command}: {exc.strerror or exc}"
         return _outcome(P.FAILED, P.ADAPTER_MISSING, f"{why} (fix [adapters.{name}] in fleet.toml)")
     adapter_runs.write(home, msg_id, {"attempt": attempt, "name": name, "pid": proc.pid, "start": adapter_runs.started(proc.pid)})
-    return await _run(proc, name, cfg, _encode(text))
+    # `--timeout` given to this command stands for the entry's own, as it does for a host's request_timeout.
+    return await _run(proc, name, ctx.timeout_s or cfg.timeout, _encode(text))
 
 
 def busy(ctx: Context, msg_id: str) -> str | None:
@@ -148,7 +150,7 @@ def _encode(text: str) -> bytes:
             return text.encode("utf-8", "replace")
 
 
-async def _run(proc: asyncio.subprocess.Process, name: str, cfg: AdapterConfig, data: bytes) -> Outcome:
+async def _run(proc: asyncio.subprocess.Process, name: str, timeout: float, data: bytes) -> Outcome:
     stdout = _Kept(STDOUT_MAX, head=True)
     stderr = _Kept(STDERR_TAIL, head=False)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -160,7 +162,7 @@ async def _run(proc: asyncio.subprocess.Process, name: str, cfg: AdapterConfig, 
     ]
     timed_out = False
     try:
-        if not await _exited(proc, cfg.timeout):
+        if not await _exited(proc, timeout):
             timed_out = True
             _kill_group(proc)
             await _exited(proc, KILL_WAIT_S)
@@ -187,9 +189,13 @@ async def _run(proc: asyncio.subprocess.Process, name: str, cfg: AdapterConfig, 
     if stdout.truncated:
         reply.update(stdout_truncated=True, stdout_bytes=stdout.total)
     tail = stderr.last_line()
-    said = f"; stderr: {tail}" if tail else ""
+    # The adapter's words, not drover's: quoted and marked in the detail, and kept apart in `stderr_tail` (under
+    # the reply's `untrusted`), so that no reader takes a line the adapter wrote for drover's account of it.
+    said = f"; stderr (the adapter's, untrusted): {json.dumps(tail, ensure_ascii=False)}" if tail else ""
+    if tail:
+        reply["stderr_tail"] = tail
     if timed_out:
-        why = f"adapter {name!r} ran past its timeout of {cfg.timeout:g}s and was killed with its process group"
+        why = f"adapter {name!r} ran past its timeout of {timeout:g}s and was killed with its process group"
         return _outcome(P.FAILED, P.ADAPTER_TIMEOUT, why + said + _may_have(), reply, indeterminate=True)
     if code < 0:
         why = f"adapter {name!r} was killed by {_signal_name(-code)}"

@@ -96,7 +96,8 @@ def test_the_exit_status_is_the_outcome(
     data = res.json()["data"]
     assert (data["outcome"], data.get("code"), data["lane"], data["exit"]) == (outcome, error_code, "adapter", code)
     assert data["stdout"] == "reply from the gateway\n" and data["untrusted"] is True
-    assert data["detail"].endswith("stderr: the last word") or "stderr: the last word;" in data["detail"]
+    assert 'stderr (the adapter\'s, untrusted): "the last word"' in data["detail"]
+    assert data["stderr_tail"] == "the last word"
     assert data.get("verified") is (True if code == 0 else None)
     assert data.get("verification") == ("the adapter's own word: it exited 0" if code == 0 else None)
     assert not data.get("indeterminate")  # the adapter said what happened: nothing is uncertain
@@ -485,3 +486,48 @@ def test_an_actor_with_a_control_character_is_refused(cli: Cli, isolated: Path, 
     assert res.code == 2, res.out + res.err
     assert "holds a control character" in one_line(res.err)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_drover_terminated_mid_send_records_it_and_kills_the_adapters_group(
+    cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch, sig: signal.Signals
+) -> None:
+    """`kill` (or a closed terminal) while the adapter runs is Ctrl-C: exit 130, `interrupted` recorded, and the
+    adapter's whole group killed by drover itself (the death signal is unbound here: it is not what does it)."""
+    import subprocess
+
+    pids = isolated / "pids"
+    hang = f"cat >/dev/null; sleep 600 & echo $$ $! > {pids}.tmp; mv {pids}.tmp {pids}; wait"
+    fleet(isolated, monkeypatch, {"hang": {"command": "/bin/sh", "args": ["-c", hang], "timeout": 600}})
+    unbound = "import drover.adapters as a; a._die_with_parent = lambda p: None"
+    code = f"{unbound}\nimport sys\nfrom drover.cli.main import main\nsys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "send", "adapter:hang", "hi"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    shell = child = 0
+    try:
+        wait_for(pids.exists, what="the adapter started")
+        shell, child = (int(p) for p in pids.read_text().split())
+        proc.send_signal(sig)
+        _out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert b"Traceback" not in err and b"interrupted" in err
+        wait_for(lambda: not alive(shell) and not alive(child), what="the adapter and its child gone")
+        msg_id = last_message(cli)["id"]
+        (recorded,) = truth_outcomes(isolated / "home", msg_id)
+        assert (recorded["code"], recorded["indeterminate"]) == ("interrupted", True)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in (shell, child):
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def test_timeout_stands_for_the_adapters_own(cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet(isolated, monkeypatch, {"slow": {"command": "/bin/sh", "args": ["-c", "cat >/dev/null; sleep 600"], "timeout": 600}})
+    res = cli("send", "adapter:slow", "hello", "--timeout", "1", "--json")
+    assert res.code == 5, res.out
+    data = res.json()["data"]
+    assert data["code"] == "adapter_timeout" and "its timeout of 1s" in data["detail"]

@@ -223,6 +223,14 @@ def test_a_timeout_is_failed_and_may_have_arrived(cli: Cli, fleet_file: Path, bo
     wait_for(lambda: len(bot.got) == 1, what="the request at the bot")
 
 
+def test_timeout_stands_for_the_bots_own(cli: Cli, fleet_file: Path, bot: Bot) -> None:
+    write_fleet(fleet_file, bot.url, timeout="600s")  # the entry's own: the test would hang on it
+    bot.status = 0
+    res = cli("send", "bot:b", "hello bot", "--timeout", "0.5", "--json")
+    out = outcome_of(res.json())
+    assert res.code == ExitCode.FAILED and out["code"] == "bot_timeout" and "no answer in 0.5s" in out["detail"]
+
+
 def test_no_listener_is_failed_and_provably_not_sent(cli: Cli, fleet_file: Path, bot: Bot) -> None:
     port = bot.server.server_address[1]
     bot.server.shutdown()

@@ -157,7 +157,8 @@ async def deliver(ctx: Context, name: str, *, msg_id: str, text: str, actor: str
     tries = 0
     while True:
         tries += 1
-        got = await asyncio.to_thread(post, bot.url, secret, msg_id, body, bot.timeout)
+        # `--timeout` given to this command stands for the entry's own, as it does for a host's request_timeout.
+        got = await asyncio.to_thread(post, bot.url, secret, msg_id, body, ctx.timeout_s or bot.timeout)
         if got["outcome"] != P.FAILED or tries > bot.retries:
             break
         await asyncio.sleep(BACKOFF_S[min(tries - 1, len(BACKOFF_S) - 1)])

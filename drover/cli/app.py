@@ -120,7 +120,7 @@ TimeoutOpt = Annotated[
         metavar="DURATION",
         parser=duration,
         help="how long each host may take to connect, and then to answer each request (overrides connect_timeout and "
-        f"request_timeout of fleet.toml for this command) {DURATION_HELP}",
+        f"request_timeout of fleet.toml for this command; for a bot: or adapter: target, its own timeout) {DURATION_HELP}",
         show_default=False,
     ),
 ]

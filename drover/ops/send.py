@@ -114,9 +114,7 @@ async def _deliver(ctx: Context, host: str, msg_id: str, text: str, actor: str, 
     except DroverError as exc:
         return _failure(exc, sent=True)
     except asyncio.CancelledError:
-        # Ctrl-C (or the caller gave up) with the request out: say so in the record before exiting 130.
-        interrupted = {"outcome": P.FAILED, "code": P.INTERRUPTED, "indeterminate": True, "detail": INTERRUPTED}
-        _record(ctx, msg_id, Outcome.of(interrupted))
+        _record_interrupted(ctx, msg_id)
         raise
 
 
@@ -137,6 +135,12 @@ async def sender_session(ctx: Context) -> Any:
         me = None
     ctx._sender_session = me  # type: ignore[attr-defined]
     return me
+
+
+def _record_interrupted(ctx: Context, msg_id: str) -> None:
+    # Ctrl-C, SIGTERM (or the caller gave up) with the request out: said in the record before exiting 130.
+    interrupted = {"outcome": P.FAILED, "code": P.INTERRUPTED, "indeterminate": True, "detail": INTERRUPTED}
+    _record(ctx, msg_id, Outcome.of(interrupted))
 
 
 INTERRUPTED = "interrupted while the message was on its way: it may or may not have arrived (`drover retry ID` finds out)"
@@ -312,8 +316,7 @@ async def _endpoint_attempt(ctx: Context, kind: str, name: str, msg_id: str, tex
     except DroverError as exc:
         return _failure(exc, sent=True)
     except asyncio.CancelledError:
-        interrupted = {"outcome": P.FAILED, "code": P.INTERRUPTED, "indeterminate": True, "detail": INTERRUPTED}
-        _record(ctx, msg_id, Outcome.of(interrupted))
+        _record_interrupted(ctx, msg_id)
         raise
 
 

@@ -158,7 +158,10 @@ def transcript_for(session: Optional[Session], target: str) -> Tuple[str, str]:
         found = sorted(glob.glob(pattern, recursive=True))
         if found:
             return found[-1], "codex"
-        return os.path.join(session["_headless"], "stream.jsonl"), "codex"
+        stream = os.path.join(session["_headless"], "stream.jsonl")
+        if os.path.isfile(stream):
+            return stream, "codex"
+        raise HelperError(P.NO_TRANSCRIPT, "headless Codex thread %s has no rollout and no stream yet" % session["id"])
     if session is not None and session.get("thread"):
         # A Codex pane (or a thread no pane runs): its thread's rollout, under the CODEX_HOME its TUI runs with.
         from . import codex
