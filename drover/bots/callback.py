@@ -146,13 +146,8 @@ class RefusalBudget:
         self._open: dict[str, tuple[float, int, int]] = {}  # reason -> (window start, recorded, suppressed)
 
     def _summary(self, reason: str, start: float, suppressed: int) -> dict[str, Any]:
-        ts = self.clock()
         return {
-            "v": VERSION,
-            "event": "callback_refused",
-            "time": now_iso(ts),
-            "ts": ts,
-            "reason": reason,
+            **_refusal_head(self.clock(), reason),
             "suppressed": suppressed,
             "detail": f"{suppressed} more {reason} refusals from {now_iso(start)} not recorded one by one "
             f"(at most {self.limit} per {self.window:g}s are)",
@@ -182,6 +177,11 @@ class RefusalBudget:
 DEFAULT_BUDGET = RefusalBudget()
 
 
+def _refusal_head(ts: float, reason: str) -> dict[str, Any]:
+    # One shape for a refusal and for a budget's summary of those it did not record one by one.
+    return {"v": VERSION, "event": "callback_refused", "time": now_iso(ts), "ts": ts, "reason": reason}
+
+
 def record_refusal(truth: TruthFile, budget: RefusalBudget, event: dict[str, Any]) -> None:
     keep, due = budget.admit(str(event["reason"]))
     for ev in [*due, *([event] if keep else [])]:
@@ -194,14 +194,9 @@ def record_refusal(truth: TruthFile, budget: RefusalBudget, event: dict[str, Any
 def _refused_event(
     bot: str | None, headers: dict[str, str], raw: bytes, exc: Refused, remote: str, size: int | None = None
 ) -> dict[str, Any]:
-    ts = time.time()
     return {
-        "v": VERSION,
-        "event": "callback_refused",
-        "time": now_iso(ts),
-        "ts": ts,
+        **_refusal_head(time.time(), exc.reason),
         "bot": _short(bot, 64) if bot else None,
-        "reason": exc.reason,
         "detail": exc.detail,
         "webhook_id": _short(headers.get("webhook-id", ""), 100) or None,
         "remote": remote,
