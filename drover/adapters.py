@@ -27,13 +27,15 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from drover import adapter_runs
+from drover.bots.untrusted import visible
 from drover.fleet_adapters import AdapterConfig
 from drover.ops.core import Context
-from drover.ops.outcome import Outcome
+from drover.ops.outcome import DecidedThenCancelled, Outcome
 from drover.remote import protocol as P
 from drover.remote.text import neutralise
 
@@ -166,21 +168,37 @@ async def _run(proc: asyncio.subprocess.Process, name: str, timeout: float, data
             timed_out = True
             _kill_group(proc)
             await _exited(proc, KILL_WAIT_S)
-        _done, pending = await asyncio.wait(pipes, timeout=PIPE_GRACE_S)
-    except BaseException:  # Ctrl-C or a cancelled send: nothing of the adapter's is left running
+    except BaseException:  # Ctrl-C, SIGTERM or a cancelled send: nothing of the adapter's is left running
         _kill_group(proc)
         # Reaped and its pipes at their end before drover goes on (a loop closed over them warns, and leaks).
         with contextlib.suppress(BaseException):
             await _exited(proc, KILL_WAIT_S)
             await asyncio.wait(pipes, timeout=PIPE_GRACE_S)
-        _close(proc)
-        for task in pipes:
-            task.cancel()
+        _stop_reading(proc, pipes)
         raise
-    for task in pending:
-        task.cancel()
+    # It has exited (or was killed at its timeout): the outcome is decided, and the last of its pipes only adds
+    # to the reply.  Stopped now, drover records that outcome, not `interrupted` (a retry would run it again).
+    try:
+        _done, pending = await asyncio.wait(pipes, timeout=PIPE_GRACE_S)
+    except asyncio.CancelledError:
+        _kill_group(proc)  # what it left in its group goes with drover, as on any cancel
+        _stop_reading(proc, pipes)
+        raise DecidedThenCancelled(_decided(proc, name, timeout, timed_out, stdout, stderr)) from None
     if pending:
-        _close(proc)
+        _stop_reading(proc, pending)
+    return _decided(proc, name, timeout, timed_out, stdout, stderr)
+
+
+def _stop_reading(proc: asyncio.subprocess.Process, pipes: Iterable[asyncio.Future[Any]]) -> None:
+    _close(proc)
+    for task in pipes:
+        task.cancel()
+
+
+def _decided(
+    proc: asyncio.subprocess.Process, name: str, timeout: float, timed_out: bool, stdout: _Kept, stderr: _Kept
+) -> Outcome:
+    """The outcome of an adapter that has exited: its exit status, its stdout as the reply."""
     code = proc.returncode
     if code is None:  # not even SIGKILL ended it in KILL_WAIT_S (a process stuck in the kernel): said as a timeout
         code = -signal.SIGKILL
@@ -298,5 +316,5 @@ class _Kept:
         lines = [line.strip() for line in self.text().splitlines() if line.strip()]
         if not lines:
             return ""
-        line = neutralise(lines[-1])
+        line = visible(neutralise(lines[-1]))  # bidi and zero-width characters shown, as in a bot's reply
         return line if len(line) <= DETAIL_MAX else line[: DETAIL_MAX - 1] + "…"

@@ -110,7 +110,7 @@ class ReadStats:
 
 
 # An outcome's members that are the receiver's words (drover/adapters.py): kept as the message's `reply`.
-REPLY_KEYS = ("stdout", "stdout_truncated", "stdout_bytes", "untrusted")
+REPLY_KEYS = ("exit", "signal", "stdout", "stdout_truncated", "stdout_bytes", "stderr_tail", "untrusted")
 
 
 @dataclass

@@ -105,7 +105,8 @@ def test_the_exit_status_is_the_outcome(
     assert (m["id"], m["host"], m["target"], m["outcome"], m["code"]) == (data["id"], "adapter", "gw", outcome, error_code)
     assert (m["verified"], m["verification"]) == (data.get("verified"), data.get("verification"))
     # The reply is in the record, as data: marked untrusted.
-    assert m["reply"] == {"stdout": "reply from the gateway\n", "untrusted": True}
+    said = {"exit": code, "stdout": "reply from the gateway\n", "stderr_tail": "the last word", "untrusted": True}
+    assert m["reply"] == said
     if code == 3:  # held, as the board knows held messages
         held = cli("board", "--json").json()["data"]["held"]
         assert [h["id"] for h in held] == [data["id"]]
@@ -488,12 +489,21 @@ def test_an_actor_with_a_control_character_is_refused(cli: Cli, isolated: Path, 
     assert not out.exists()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a script's `cmd &` starts it
+
+
+@pytest.mark.parametrize(
+    ("sig", "sigint_ignored", "times"),
+    [(signal.SIGTERM, False, 1), (signal.SIGHUP, False, 1), (signal.SIGTERM, True, 1), (signal.SIGTERM, True, 2)],
+    ids=["sigterm", "sighup", "sigterm-sigint-ignored", "sigterm-twice"],
+)
 def test_drover_terminated_mid_send_records_it_and_kills_the_adapters_group(
-    cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch, sig: signal.Signals
+    cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch, sig: signal.Signals, sigint_ignored: bool, times: int
 ) -> None:
     """`kill` (or a closed terminal) while the adapter runs is Ctrl-C: exit 130, `interrupted` recorded, and the
-    adapter's whole group killed by drover itself (the death signal is unbound here: it is not what does it)."""
+    adapter's whole group killed by drover itself (the death signal is unbound here: it is not what does it) --
+    also in a background job, whose SIGINT is ignored, and for a second signal on the first's heels."""
     import subprocess
 
     pids = isolated / "pids"
@@ -502,13 +512,17 @@ def test_drover_terminated_mid_send_records_it_and_kills_the_adapters_group(
     unbound = "import drover.adapters as a; a._die_with_parent = lambda p: None"
     code = f"{unbound}\nimport sys\nfrom drover.cli.main import main\nsys.exit(main(sys.argv[1:]))"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "send", "adapter:hang", "hi"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [sys.executable, "-c", code, "send", "adapter:hang", "hi"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=_ignore_sigint if sigint_ignored else None,
     )
     shell = child = 0
     try:
         wait_for(pids.exists, what="the adapter started")
         shell, child = (int(p) for p in pids.read_text().split())
-        proc.send_signal(sig)
+        for _ in range(times):
+            proc.send_signal(sig)
         _out, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
         assert b"Traceback" not in err and b"interrupted" in err
@@ -525,9 +539,71 @@ def test_drover_terminated_mid_send_records_it_and_kills_the_adapters_group(
                     os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow  # waits out a timeout on the clock
 def test_timeout_stands_for_the_adapters_own(cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fleet(isolated, monkeypatch, {"slow": {"command": "/bin/sh", "args": ["-c", "cat >/dev/null; sleep 600"], "timeout": 600}})
     res = cli("send", "adapter:slow", "hello", "--timeout", "1", "--json")
     assert res.code == 5, res.out
     data = res.json()["data"]
     assert data["code"] == "adapter_timeout" and "its timeout of 1s" in data["detail"]
+
+
+# In the drover that runs it: its pipes get all the time in the world, and a file says when drover saw it exit.
+DECIDED_PRELUDE = """
+import drover.adapters as a
+a._die_with_parent = lambda p: None
+a.PIPE_GRACE_S = 600
+_real = a._exited
+async def _exited(proc, seconds):
+    done = await _real(proc, seconds)
+    if done:
+        open({mark!r}, "w").close()
+    return done
+a._exited = _exited
+"""
+
+
+def test_stopped_after_the_adapter_exited_records_what_it_decided(
+    cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM while drover still reads the pipes of an adapter that has exited 0 (a process it left holds them):
+    the record says delivered, not interrupted, so `retry` does not run it a second time."""
+    import subprocess
+
+    mark, pids, runs = isolated / "exited", isolated / "pids", isolated / "runs"
+    body = f"cat >/dev/null; echo run >> {runs}; setsid sleep 600 & echo $! > {pids}; echo took it"
+    fleet(isolated, monkeypatch, {"gw": {"command": "/bin/sh", "args": ["-c", body], "timeout": 600}})
+    code = DECIDED_PRELUDE.format(mark=str(mark)) + "import sys\nfrom drover.cli.main import main\nsys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "send", "adapter:gw", "hi"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        wait_for(mark.exists, what="drover saw the adapter exit")
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130 and b"Traceback" not in err, err
+        msg_id = last_message(cli)["id"]
+        (recorded,) = truth_outcomes(isolated / "home", msg_id)
+        assert (recorded["outcome"], recorded["exit"], recorded["stdout"]) == ("delivered", 0, "took it\n")
+        again = cli("retry", msg_id, "--json")
+        assert again.code == 0, again.out
+        assert runs.read_text().splitlines() == ["run"]  # not run again
+        reply = cli("log", "--json").json()["data"]["messages"][-1]["reply"]
+        assert reply["exit"] == 0 and reply["untrusted"] is True
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if pids.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pids.read_text()), signal.SIGKILL)
+
+
+def test_the_stderr_tail_is_in_the_logs_reply_and_shows_invisible_characters(
+    cli: Cli, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = "import sys; sys.stdin.read(); sys.stderr.write('bad\\u202egate\\u200b\\n'); sys.exit(5)"
+    fleet(isolated, monkeypatch, {"gw": script(isolated, "gw", body)})
+    res = cli("send", "adapter:gw", "hello", "--json")
+    assert res.code == 5, res.out
+    reply = cli("log", "--json").json()["data"]["messages"][-1]["reply"]
+    assert reply["stderr_tail"] == "bad[U+202E]gate[U+200B]" and reply["exit"] == 5

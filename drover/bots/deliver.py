@@ -18,11 +18,13 @@ Never raises for the receiver's failures: they are outcomes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import os
 import socket
 import ssl
+import threading
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
@@ -54,6 +56,9 @@ def payload(msg_id: str, actor: str, text: str, callback: str) -> dict[str, Any]
 
 def _excerpt(raw: bytes) -> str:
     return neutralise(raw[: EXCERPT * 4].decode("utf-8", "replace"))[:EXCERPT].strip()
+
+
+WHOLE_GRACE_S = 0.5
 
 
 def post(url: str, secret: str, msg_id: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -107,6 +112,40 @@ def post(url: str, secret: str, msg_id: str, body: dict[str, Any], timeout: floa
         return {"outcome": P.FAILED, "code": code, "indeterminate": True, "detail": f"{url}: {what[:EXCERPT]}"}
 
 
+async def _post_within(url: str, secret: str, msg_id: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """`post` with `timeout` for the whole of it, in a thread drover does not wait for when it is cancelled.
+
+    urllib's timeout bounds each read, so a bot that drips its answer a byte at a time would hold the send for as
+    long as it likes; and `asyncio.to_thread`'s pool is joined when the loop ends, so a Ctrl-C or SIGTERM during a
+    POST would wait out that POST.  A daemon thread is neither: abandoned, it ends with the process."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[dict[str, Any]] = loop.create_future()
+
+    def settle(result: dict[str, Any] | None, exc: BaseException | None) -> None:
+        if done.done():
+            return
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(result or {})
+
+    def work() -> None:
+        try:
+            result, exc = post(url, secret, msg_id, body, timeout), None
+        except BaseException as error:  # noqa: BLE001 - handed to the awaiting side, which raises it
+            result, exc = None, error
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits for this answer any more
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=work, name="drover-bot-post", daemon=True).start()
+    try:
+        # A little past the socket's own timeout, so that a bot that says nothing is that timeout's "no answer".
+        return await asyncio.wait_for(done, timeout + WHOLE_GRACE_S)
+    except TimeoutError:
+        why = f"{url}: no whole answer in {timeout:g}s (it sent some, slowly)"
+        return {"outcome": P.FAILED, "code": P.BOT_TIMEOUT, "indeterminate": True, "detail": why}
+
+
 # -- a 410 remembered ----------------------------------------------------------------------------------------------
 def _disabled_path(ctx: Context) -> str:
     return os.path.join(os.path.dirname(str(ctx.truth.path)), DISABLED_FILE)
@@ -158,7 +197,7 @@ async def deliver(ctx: Context, name: str, *, msg_id: str, text: str, actor: str
     while True:
         tries += 1
         # `--timeout` given to this command stands for the entry's own, as it does for a host's request_timeout.
-        got = await asyncio.to_thread(post, bot.url, secret, msg_id, body, ctx.timeout_s or bot.timeout)
+        got = await _post_within(bot.url, secret, msg_id, body, ctx.timeout_s or bot.timeout)
         if got["outcome"] != P.FAILED or tries > bot.retries:
             break
         await asyncio.sleep(BACKOFF_S[min(tries - 1, len(BACKOFF_S) - 1)])

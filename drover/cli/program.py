@@ -7,11 +7,9 @@ all, so this module (which the daemon's starter reaches from `drover daemon`) im
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import shlex
-import signal
 import sys
 import types
 from typing import Any
@@ -20,6 +18,7 @@ import typer
 import typer.main
 from typer._click._compat import _force_correct_text_writer
 
+from drover import interrupts
 from drover.cli import render
 from drover.cli.app import app
 from drover.cli.state import environment, state
@@ -91,45 +90,13 @@ def main(argv: list[str] | None = None, env: Environment | None = None, only: st
     args = sys.argv[1:] if argv is None else argv
     state.reset(Environment.from_process() if env is None else env)
     state.argv = list(args)
-    restore = _terminate_as_interrupt()
+    interrupts.install()  # SIGTERM and SIGHUP stop drover as Ctrl-C does (drover/interrupts.py)
     try:
         return _run(args, only)
     finally:
-        restore()
         # The Environment is this invocation's: a renderer called after it (a test, a script) prints to the
         # process's streams of that moment, not to streams this invocation was handed.
         state.env = None
-
-
-def _terminate_as_interrupt() -> Any:
-    """SIGTERM and SIGHUP (a `kill`, a closed terminal, a job scheduler's end) stop drover the way Ctrl-C does: a
-    send with its request out records `interrupted` before exit 130, and an adapter it runs is killed with its
-    process group -- where the default would end drover with nothing recorded and the adapter left running.  A
-    signal the caller ignores (`nohup`) stays ignored.  Returns what puts the handlers back (tests run `main` many
-    times in one process)."""
-    saved: list[tuple[int, Any]] = []
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        try:
-            if signal.getsignal(sig) is signal.SIG_DFL:
-                saved.append((sig, signal.signal(sig, _interrupt)))
-        except ValueError:  # not the main thread: signals are not ours to take
-            break
-
-    def restore() -> None:
-        for sig, handler in saved:
-            with contextlib.suppress(ValueError):
-                signal.signal(sig, handler)
-
-    return restore
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    # Through SIGINT's own handler: inside asyncio.run that cancels the running op (its `except CancelledError`
-    # records the outcome), outside it raises KeyboardInterrupt.  A SIGINT the caller ignores (`cmd &` in a
-    # script) must not make SIGTERM ignored too.
-    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
-        raise KeyboardInterrupt
-    signal.raise_signal(signal.SIGINT)
 
 
 def _dash_hint(exc: BaseException) -> str:

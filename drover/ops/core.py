@@ -10,7 +10,6 @@ Exceptions never escape `run` (but for bugs, which the CLI reports as internal e
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import json
 import os
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from drover import interrupts
 from drover.errors import BadJSON, DroverError, ExitCode, InvalidRequest, UnknownOp, UsageError
 from drover.fleet import Fleet
 from drover.fleet import load as load_fleet
@@ -302,7 +302,7 @@ def run(name: str, payload: str | dict[str, Any] | None = None, ctx: Context | N
         finally:
             await ctx.close()
 
-    return asyncio.run(go())
+    return interrupts.run(go())  # asyncio.run, whose op SIGTERM/SIGHUP cancel as Ctrl-C does
 
 
 def describe() -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ target's (no such session, an ambiguous name), which has the target's own exit c
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializerFunctionWrapHandler, model_serializer
@@ -81,3 +82,15 @@ class Outcome(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """The JSON members, in order: what the document shows and the truth file records."""
         return self.model_dump()
+
+
+class DecidedThenCancelled(asyncio.CancelledError):
+    """A cancellation (Ctrl-C, SIGTERM) that came after the receiver had decided: `outcome` is what it decided.
+
+    An adapter that has exited has said what became of the message; drover may still be reading its pipes when it
+    is stopped.  Recording `interrupted` then would make `drover retry` run it again: the send path records this
+    outcome instead, and goes on being cancelled."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__("cancelled after the receiver decided")
+        self.outcome = outcome

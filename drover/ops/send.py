@@ -23,7 +23,7 @@ from drover.fleet import LOCAL
 from drover.ops import endpoints, exited
 from drover.ops.core import Context, Request, Result, op
 from drover.ops.hosts import call_host
-from drover.ops.outcome import Outcome
+from drover.ops.outcome import DecidedThenCancelled, Outcome
 from drover.record import session_of
 from drover.remote import protocol as P
 from drover.remote.faults import fault
@@ -315,6 +315,9 @@ async def _endpoint_attempt(ctx: Context, kind: str, name: str, msg_id: str, tex
         return await endpoints.deliver(ctx, kind, name, msg_id=msg_id, text=text, actor=actor, attempt=attempt)
     except DroverError as exc:
         return _failure(exc, sent=True)
+    except DecidedThenCancelled as exc:  # stopped after the receiver had decided: what it decided is the record's
+        _record(ctx, msg_id, exc.outcome)
+        raise
     except asyncio.CancelledError:
         _record_interrupted(ctx, msg_id)
         raise
