@@ -14,8 +14,10 @@ listener's loop) is it a KeyboardInterrupt.  Why not through SIGINT: a script's 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import signal
+import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -29,14 +31,19 @@ GIVE_UP_AFTER = 3
 _op: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None
 _cancelled_by_signal = False
 _count = 0
+_registered = False
 
 
 def install() -> None:
     """Take SIGTERM and SIGHUP, unless the caller ignores one (`nohup`: SIGHUP stays ignored) or this is not the main
     thread (a library user's worker thread: signals are not ours).  Never put back: a second signal arriving
     while drover exits must find the same handler, not the default."""
-    global _count, _cancelled_by_signal
+    global _count, _cancelled_by_signal, _registered
     _count, _cancelled_by_signal = 0, False
+    if not _registered:
+        # Run before the interpreter's shutdown puts every Python handler back to the default (after atexit).
+        atexit.register(exiting)
+        _registered = True
     for sig in SIGNALS:
         try:
             current = signal.getsignal(sig)
@@ -46,27 +53,42 @@ def install() -> None:
             return
 
 
+def exiting() -> None:
+    """SIGTERM and SIGHUP ignored from here to the process's end (its answer is given; CPython's shutdown would
+    put the default back, and a late signal would turn exit 130 into death by the signal)."""
+    for sig in SIGNALS:
+        try:
+            if signal.getsignal(sig) is _handle:
+                signal.signal(sig, signal.SIG_IGN)
+        except ValueError:
+            return
+
+
 def _handle(signum: int, frame: Any) -> None:
     global _count, _cancelled_by_signal
     _count += 1
+    if _count >= GIVE_UP_AFTER:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    if _count > 1:
+        return  # the first is being handled (the op cancelled, or drover on its way out): it exits 130
     op = _op
     if op is not None and not op[1].done():
-        if _count >= GIVE_UP_AFTER:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        if not _cancelled_by_signal:
-            _cancelled_by_signal = True
-            loop, task = op
-            loop.call_soon_threadsafe(task.cancel)
-        return  # already cancelling: its cleanup records the outcome, then drover exits 130
+        _cancelled_by_signal = True
+        loop, task = op
+        loop.call_soon_threadsafe(task.cancel)
+        return
     raise KeyboardInterrupt
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """asyncio.run(coro), whose task SIGTERM/SIGHUP cancel; a run they cancelled ends in KeyboardInterrupt (exit 130),
-    as a Ctrl-C does."""
+    as a Ctrl-C does.  Off the main thread (a daemon's request, a library user's worker) plain asyncio.run: signals
+    are the main thread's."""
     global _op, _cancelled_by_signal
+    if threading.current_thread() is not threading.main_thread():
+        return asyncio.run(coro)
 
     async def main() -> T:
         global _op
