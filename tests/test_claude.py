@@ -44,7 +44,9 @@ def test_idle_session_receives_a_drover_message(claude_lab: Any, cli: Any) -> No
     record = next(m for m in drover.run("messages.list", {}).data["messages"] if m["id"] == data["id"])
     assert record["outcome"] == "delivered" and record["lane"] == "inbox"
     # and the model saw it
-    wait_for(lambda: "coordinator here: rebase on master" in s.requests.read_text(), timeout=20)
+    # The fake model's request log exists only once Claude made a request (a loaded machine takes its time).
+    seen = lambda: s.requests.exists() and "coordinator here: rebase on master" in s.requests.read_text()  # noqa: E731
+    wait_for(seen, what="the model's request with the message")
     read = cli("read", "local:idle-a", "--role", "peer", "--json").json()["data"]
     assert [e["text"] for e in read["events"]] == ["coordinator here: rebase on master"]
     assert read["events"][0]["from"] == f"drover ({ACTOR})"

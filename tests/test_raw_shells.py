@@ -408,6 +408,9 @@ def test_over_ssh_a_users_own_shell_at_its_default_prompt_gets_a_line(shell: str
         tmux("send-keys", "-t", "raw", "set -o vi", "Enter", f"touch {recalled}", "Enter")
         wait_for(recalled.exists, what="the command to recall")
         recalled.unlink()
+        # Its prompt drawn again before Esc: else the guard's first finding is a shell not at its prompt.
+        at_prompt = lambda: tmux("capture-pane", "-p", "-t", "raw").rstrip().endswith("$")  # noqa: E731
+        wait_for(at_prompt, what="bash's prompt after the command")
         tmux("send-keys", "-t", "raw", "Escape")
         pid = int(tmux("display", "-p", "-t", "raw", "#{pane_pid}"))
         wait_for(
