@@ -73,8 +73,8 @@ async def deliver(ctx: Context, name: str, *, msg_id: str, text: str, actor: str
     cwd = str(Path(cfg.cwd).expanduser()) if cfg.cwd else None
     # Counted before it starts: a drover killed while it runs leaves no outcome, and the next run must not be "1".
     adapter_runs.write(home, msg_id, {"attempt": attempt, "name": name})
-    try:
-        proc = await asyncio.create_subprocess_exec(
+    making = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
             _program(cfg, env),
             *cfg.args,
             stdin=asyncio.subprocess.PIPE,
@@ -85,6 +85,19 @@ async def deliver(ctx: Context, name: str, *, msg_id: str, text: str, actor: str
             start_new_session=True,  # its own session and process group: a timeout kills all it started
             preexec_fn=_die_with_parent(os.getpid()),
         )
+    )
+    try:
+        # Never cancelled half-made: asyncio's own clean-up of a process cancelled while it sets up its pipes kills
+        # the process alone and then waits for those pipes to close (Python 3.11), which what the adapter started
+        # holds open: drover hung there for ever.  A cancel waits for it to be made, then kills its whole group.
+        proc = await asyncio.shield(making)
+    except asyncio.CancelledError:
+        with contextlib.suppress(OSError):
+            made = await making
+            _kill_group(made)
+            await _exited(made, KILL_WAIT_S)
+            _close(made)
+        raise
     except OSError as exc:  # not executable, a bad interpreter line, ...: it never ran
         why = f"adapter {name!r} could not be started: {cfg.command}: {exc.strerror or exc}"
         return _outcome(P.FAILED, P.ADAPTER_MISSING, f"{why} (fix [adapters.{name}] in fleet.toml)")

@@ -357,6 +357,36 @@ def test_a_cancelled_send_leaves_nothing_of_the_adapter_running(isolated: Path, 
     wait_for(lambda: not alive(shell) and not alive(child), what="the adapter and its child gone")
 
 
+def test_a_send_cancelled_while_its_adapter_is_being_started_ends(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelled at once, while asyncio still sets up the adapter's pipes (the hang that asyncio's own clean-up of a
+    half-made process had: it waits for pipes the adapter's child holds), the send ends and leaves nothing running."""
+    import asyncio
+
+    from drover import adapters
+    from drover.ops.core import Context
+
+    pids = isolated / "pids"
+    hang = f"sleep 600 & echo $$ $! > {pids}.tmp; mv {pids}.tmp {pids}; wait"
+    path = fleet(isolated, monkeypatch, {"hang": {"command": "/bin/sh", "args": ["-c", hang], "timeout": 600}})
+    left: list[int] = []
+
+    async def main() -> None:
+        ctx = Context(fleet_path=str(path))
+        for turns in (0, 1, 2, 3, 5, 8):  # the cancel lands at different steps of the start
+            pids.unlink(missing_ok=True)
+            task = asyncio.ensure_future(adapters.deliver(ctx, "hang", msg_id="msg_x", text="t", actor="a", attempt=1))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            task.cancel()
+            done, _pending = await asyncio.wait([task], timeout=120)  # a hang is a failure, not a stuck suite
+            assert done, f"the send cancelled after {turns} turns of the loop never ended"
+            if pids.exists():
+                left.extend(int(p) for p in pids.read_text().split())
+
+    asyncio.run(main())
+    wait_for(lambda: not any(alive(pid) for pid in left), what="every adapter and its child gone")
+
+
 @pytest.mark.slow  # the two seconds drover gives a held pipe after the adapter's exit, and a timeout
 @pytest.mark.parametrize(("tail", "outcome"), [("echo hi", "delivered"), ("echo hi; wait", "failed")])
 def test_a_process_left_outside_the_group_holds_up_nothing(
