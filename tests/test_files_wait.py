@@ -392,4 +392,5 @@ def test_a_wait_whose_caller_was_killed_frees_the_host_at_once(sshfleet: SSHFlee
     finally:
         client.send_signal(signal.SIGKILL)
         client.communicate()
-    wait_for(lambda: not (set(helper_pids("h2")) & waiting), timeout=10, what="the helper to leave h2")
+    # Within a slice, and far below the wait's own 120 s: 60 s of bound is for a loaded machine, not the design.
+    wait_for(lambda: not (set(helper_pids("h2")) & waiting), timeout=60, what="the helper to leave h2")
