@@ -27,7 +27,7 @@ import os
 import shutil
 import signal
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +93,7 @@ async def deliver(ctx: Context, name: str, *, msg_id: str, text: str, actor: str
         proc = await asyncio.shield(making)
     except asyncio.CancelledError:
         with contextlib.suppress(OSError):
-            made = await making
-            _kill_group(made)
-            await _exited(made, KILL_WAIT_S)
-            _close(made)
+            await _end(await making, [])
         raise
     except OSError as exc:  # not executable, a bad interpreter line, ...: it never ran
         why = f"adapter {name!r} could not be started: {cfg.command}: {exc.strerror or exc}"
@@ -182,12 +179,7 @@ async def _run(proc: asyncio.subprocess.Process, name: str, timeout: float, data
             _kill_group(proc)
             await _exited(proc, KILL_WAIT_S)
     except BaseException:  # Ctrl-C, SIGTERM or a cancelled send: nothing of the adapter's is left running
-        _kill_group(proc)
-        # Reaped and its pipes at their end before drover goes on (a loop closed over them warns, and leaks).
-        with contextlib.suppress(BaseException):
-            await _exited(proc, KILL_WAIT_S)
-            await asyncio.wait(pipes, timeout=PIPE_GRACE_S)
-        _stop_reading(proc, pipes)
+        await _end(proc, pipes)
         raise
     # It has exited (or was killed at its timeout): the outcome is decided, and the last of its pipes only adds
     # to the reply.  Stopped now, drover records that outcome, not `interrupted` (a retry would run it again).
@@ -200,6 +192,17 @@ async def _run(proc: asyncio.subprocess.Process, name: str, timeout: float, data
     if pending:
         _stop_reading(proc, pending)
     return _decided(proc, name, timeout, timed_out, stdout, stderr)
+
+
+async def _end(proc: asyncio.subprocess.Process, pipes: Sequence[asyncio.Future[Any]]) -> None:
+    """Its whole group killed, and it reaped and its pipes at their end before drover goes on (a loop closed over
+    them warns, and leaks)."""
+    _kill_group(proc)
+    with contextlib.suppress(BaseException):
+        await _exited(proc, KILL_WAIT_S)
+        if pipes:
+            await asyncio.wait(pipes, timeout=PIPE_GRACE_S)
+    _stop_reading(proc, pipes)
 
 
 def _stop_reading(proc: asyncio.subprocess.Process, pipes: Iterable[asyncio.Future[Any]]) -> None:
